@@ -1,0 +1,59 @@
+//! Open and informational routes: `/health`, `/ready`, `/metrics`, `/v1/models`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use serde_json::json;
+
+use crate::state::AppState;
+
+/// Liveness: the process serves HTTP.
+pub async fn health() -> impl IntoResponse {
+    Json(json!({"status": "ok"}))
+}
+
+/// Readiness: not shutting down, and every endpoint has a healthy instance.
+pub async fn ready(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    if state.shutting_down.load(Ordering::Relaxed) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "shutting_down"})),
+        );
+    }
+    let rt = state.runtime.load();
+    let down: Vec<&str> = rt
+        .endpoints
+        .iter()
+        .filter(|e| !e.instances.iter().any(|i| i.is_healthy()))
+        .map(|e| e.name())
+        .collect();
+    if down.is_empty() {
+        (StatusCode::OK, Json(json!({"status": "ready"})))
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "unready", "endpoints_without_healthy_instances": down})),
+        )
+    }
+}
+
+pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}
+
+/// The configured models in OpenAI's list shape.
+pub async fn models(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let rt = state.runtime.load();
+    let data: Vec<_> = rt
+        .models()
+        .map(|(id, endpoint)| json!({"id": id, "object": "model", "created": 0, "owned_by": endpoint}))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}

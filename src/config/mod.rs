@@ -1,0 +1,83 @@
+//! Configuration: the YAML file ([`raw`]), its validation into runtime types
+//! ([`validate`]), and loading from disk.
+
+mod raw;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::routing::Strategy;
+
+pub use validate::ConfigError;
+
+/// A validated configuration. Every value has been range-checked; every
+/// default has been filled in.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub endpoints: Vec<EndpointConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub max_body_bytes: usize,
+    pub timeouts: Timeouts,
+    /// How long an instance that refused a connection is skipped.
+    pub failover_cooldown: Duration,
+    /// How long SIGTERM waits for in-flight requests.
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub connect: Duration,
+    /// From sending the request to the upstream's response headers.
+    pub first_byte: Duration,
+    /// Longest silence allowed between two chunks of a response body.
+    pub idle: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    pub name: String,
+    pub models: Vec<String>,
+    pub instances: Vec<InstanceConfig>,
+    pub routing: RoutingConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceConfig {
+    /// Stable identity on the hash ring (the URL unless set).
+    pub id: String,
+    /// Base URL without a trailing slash, e.g. `http://10.0.0.11:8000`.
+    pub url: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct RoutingConfig {
+    pub strategy: Strategy,
+    pub prefix_length: usize,
+    pub concurrency_threshold: usize,
+    pub balance_factor: Option<f64>,
+    pub virtual_nodes: usize,
+    pub prompt_members: Vec<String>,
+}
+
+impl Config {
+    /// Parse and validate YAML text.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let raw: raw::RawConfig =
+            serde_saphyr::from_str(text).map_err(|e| ConfigError::new("(file)", e.to_string()))?;
+        validate::validate(raw)
+    }
+
+    /// Read, parse and validate a file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new("(file)", format!("{}: {e}", path.display())))?;
+        Self::from_yaml(&text)
+    }
+}

@@ -1,0 +1,62 @@
+//! The YAML file as written: serde structs that refuse unknown keys.
+//!
+//! Nothing here is validated beyond types; `validate.rs` turns these into the
+//! runtime [`crate::config::Config`] and names the field of every error.
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    pub endpoints: Vec<RawEndpoint>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: Option<String>,
+    pub max_body_bytes: Option<u64>,
+    pub timeouts: Option<RawTimeouts>,
+    pub failover_cooldown_ms: Option<u64>,
+    pub shutdown_grace_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTimeouts {
+    pub connect_ms: Option<u64>,
+    pub first_byte_ms: Option<u64>,
+    pub idle_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEndpoint {
+    pub name: String,
+    #[serde(default)]
+    pub models: Vec<String>,
+    pub instances: Vec<RawInstance>,
+    #[serde(default)]
+    pub routing: RawRouting,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInstance {
+    pub url: String,
+    /// Stable id for the hash ring; defaults to the URL.
+    pub id: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRouting {
+    pub strategy: Option<String>,
+    pub prefix_length: Option<u64>,
+    pub concurrency_threshold: Option<u64>,
+    pub balance_factor: Option<f64>,
+    pub virtual_nodes: Option<u64>,
+    pub prompt_members: Option<Vec<String>>,
+}

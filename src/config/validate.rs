@@ -1,0 +1,222 @@
+//! Raw YAML structs → runtime [`Config`], with errors that name the field,
+//! the value and the reason.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::raw::{RawConfig, RawEndpoint, RawRouting, RawServer};
+use super::{Config, EndpointConfig, InstanceConfig, RoutingConfig, ServerConfig, Timeouts};
+use crate::routing::Strategy;
+
+/// A configuration error: which field, and why.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct ConfigError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl ConfigError {
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
+pub const DEFAULT_PREFIX_LENGTH: u64 = 4096;
+pub const DEFAULT_CONCURRENCY_THRESHOLD: u64 = 10;
+pub const DEFAULT_VIRTUAL_NODES: u64 = 160;
+
+pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+    let server = server(raw.server)?;
+    if raw.endpoints.is_empty() {
+        return Err(ConfigError::new(
+            "endpoints",
+            "at least one endpoint is required",
+        ));
+    }
+    let mut names = HashSet::new();
+    let mut models = HashSet::new();
+    let mut endpoints = Vec::with_capacity(raw.endpoints.len());
+    for (i, e) in raw.endpoints.into_iter().enumerate() {
+        let ep = endpoint(i, e)?;
+        if !names.insert(ep.name.clone()) {
+            return Err(ConfigError::new(
+                format!("endpoints[{i}].name"),
+                format!("{:?} is used by two endpoints", ep.name),
+            ));
+        }
+        for m in &ep.models {
+            if !models.insert(m.clone()) {
+                return Err(ConfigError::new(
+                    format!("endpoints[{i}].models"),
+                    format!("model {m:?} is served by two endpoints; a model must map to one"),
+                ));
+            }
+        }
+        endpoints.push(ep);
+    }
+    Ok(Config { server, endpoints })
+}
+
+fn server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
+    let listen_text = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+    let listen: SocketAddr = listen_text.parse().map_err(|_| {
+        ConfigError::new(
+            "server.listen",
+            format!("{listen_text:?} is not an address like 127.0.0.1:8080"),
+        )
+    })?;
+    let max_body = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+    in_range("server.max_body_bytes", max_body, 1024, 1 << 30)?;
+    let t = raw.timeouts.unwrap_or_default();
+    let ms = |field: &str, v: Option<u64>, default: u64| -> Result<Duration, ConfigError> {
+        let v = v.unwrap_or(default);
+        in_range(field, v, 1, 24 * 3600 * 1000)?;
+        Ok(Duration::from_millis(v))
+    };
+    Ok(ServerConfig {
+        listen,
+        max_body_bytes: usize::try_from(max_body).unwrap_or(usize::MAX),
+        timeouts: Timeouts {
+            connect: ms("server.timeouts.connect_ms", t.connect_ms, 2_000)?,
+            first_byte: ms("server.timeouts.first_byte_ms", t.first_byte_ms, 300_000)?,
+            idle: ms("server.timeouts.idle_ms", t.idle_ms, 120_000)?,
+        },
+        failover_cooldown: ms(
+            "server.failover_cooldown_ms",
+            raw.failover_cooldown_ms,
+            5_000,
+        )?,
+        shutdown_grace: ms("server.shutdown_grace_ms", raw.shutdown_grace_ms, 30_000)?,
+    })
+}
+
+fn endpoint(i: usize, raw: RawEndpoint) -> Result<EndpointConfig, ConfigError> {
+    let at = |f: &str| format!("endpoints[{i}].{f}");
+    if raw.name.is_empty()
+        || !raw
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(ConfigError::new(
+            at("name"),
+            format!(
+                "{:?} must be non-empty and use only letters, digits, '-', '_' or '.' (it appears in URLs)",
+                raw.name
+            ),
+        ));
+    }
+    for (j, m) in raw.models.iter().enumerate() {
+        if m.is_empty() {
+            return Err(ConfigError::new(
+                at(&format!("models[{j}]")),
+                "empty model name",
+            ));
+        }
+    }
+    if raw.instances.is_empty() {
+        return Err(ConfigError::new(
+            at("instances"),
+            "at least one instance is required",
+        ));
+    }
+    let mut ids = HashSet::new();
+    let mut instances = Vec::with_capacity(raw.instances.len());
+    for (j, inst) in raw.instances.into_iter().enumerate() {
+        let url = inst.url.trim_end_matches('/').to_owned();
+        let ok = (url.starts_with("http://") || url.starts_with("https://"))
+            && reqwest::Url::parse(&url).is_ok_and(|u| u.host_str().is_some());
+        if !ok {
+            return Err(ConfigError::new(
+                at(&format!("instances[{j}].url")),
+                format!(
+                    "{:?} is not an http:// or https:// URL with a host",
+                    inst.url
+                ),
+            ));
+        }
+        let id = inst.id.unwrap_or_else(|| url.clone());
+        if !ids.insert(id.clone()) {
+            return Err(ConfigError::new(
+                at(&format!("instances[{j}]")),
+                format!(
+                    "instance id {id:?} appears twice; ids place instances on the ring and must be unique"
+                ),
+            ));
+        }
+        instances.push(InstanceConfig { id, url });
+    }
+    Ok(EndpointConfig {
+        name: raw.name,
+        models: raw.models,
+        instances,
+        routing: routing(&at("routing"), raw.routing)?,
+    })
+}
+
+fn routing(at: &str, raw: RawRouting) -> Result<RoutingConfig, ConfigError> {
+    let f = |name: &str| format!("{at}.{name}");
+    let strategy = match raw.strategy.as_deref() {
+        None => Strategy::PrefixAware,
+        Some(s) => Strategy::parse(s).ok_or_else(|| {
+            ConfigError::new(
+                f("strategy"),
+                format!("{s:?} is not one of prefix_aware, least_outstanding_requests, random, round_robin"),
+            )
+        })?,
+    };
+    let prefix_length = raw.prefix_length.unwrap_or(DEFAULT_PREFIX_LENGTH);
+    in_range(&f("prefix_length"), prefix_length, 1024, 65536)?;
+    let threshold = raw
+        .concurrency_threshold
+        .unwrap_or(DEFAULT_CONCURRENCY_THRESHOLD);
+    in_range(&f("concurrency_threshold"), threshold, 1, 1024)?;
+    let vnodes = raw.virtual_nodes.unwrap_or(DEFAULT_VIRTUAL_NODES);
+    in_range(&f("virtual_nodes"), vnodes, 1, 4096)?;
+    if let Some(c) = raw.balance_factor
+        && !(c > 1.0 && c <= 100.0)
+    {
+        return Err(ConfigError::new(
+            f("balance_factor"),
+            format!("{c} must be above 1.0 (1.25 allows 25% above the mean load) and at most 100"),
+        ));
+    }
+    let prompt_members = match raw.prompt_members {
+        Some(m) if m.is_empty() => {
+            return Err(ConfigError::new(
+                f("prompt_members"),
+                "must name at least one member",
+            ));
+        }
+        Some(m) => m,
+        None => kvgate_prefix::DEFAULT_PROMPT_MEMBERS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+    };
+    Ok(RoutingConfig {
+        strategy,
+        prefix_length: usize::try_from(prefix_length).unwrap_or(usize::MAX),
+        concurrency_threshold: usize::try_from(threshold).unwrap_or(usize::MAX),
+        balance_factor: raw.balance_factor,
+        virtual_nodes: usize::try_from(vnodes).unwrap_or(usize::MAX),
+        prompt_members,
+    })
+}
+
+fn in_range(field: &str, v: u64, lo: u64, hi: u64) -> Result<(), ConfigError> {
+    if (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            field,
+            format!("{v} is outside {lo}..={hi}"),
+        ))
+    }
+}

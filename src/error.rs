@@ -1,0 +1,179 @@
+//! The one error type: every rejection and upstream failure becomes an
+//! [`ApiError`], mapped to a status in one exhaustive `match` and rendered in
+//! OpenAI's shape `{"error":{"message","type","param","code"}}`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// What went wrong, from the client's point of view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The body is not valid JSON (syntax, encoding, duplicate keys, depth).
+    InvalidJson,
+    /// Valid JSON of the wrong shape, or a bad header value.
+    InvalidRequest,
+    UnsupportedMediaType,
+    PayloadTooLarge,
+    ModelNotFound,
+    EndpointNotFound,
+    RouteNotFound,
+    MethodNotAllowed,
+    Unauthorized,
+    Forbidden,
+    RateLimited,
+    /// Upstream refused, reset or answered garbage.
+    BadGateway,
+    /// No instance could take the request.
+    Unavailable,
+    /// Upstream too slow to connect, answer or continue.
+    GatewayTimeout,
+    Internal,
+}
+
+impl ErrorKind {
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::InvalidJson | Self::InvalidRequest => StatusCode::BAD_REQUEST,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::ModelNotFound | Self::EndpointNotFound | Self::RouteNotFound => {
+                StatusCode::NOT_FOUND
+            }
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Self::BadGateway => StatusCode::BAD_GATEWAY,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// OpenAI's `error.type`.
+    fn error_type(self) -> &'static str {
+        match self {
+            Self::InvalidJson
+            | Self::InvalidRequest
+            | Self::UnsupportedMediaType
+            | Self::PayloadTooLarge
+            | Self::ModelNotFound
+            | Self::EndpointNotFound
+            | Self::RouteNotFound
+            | Self::MethodNotAllowed => "invalid_request_error",
+            Self::Unauthorized => "authentication_error",
+            Self::Forbidden => "permission_error",
+            Self::RateLimited => "rate_limit_error",
+            Self::BadGateway | Self::Unavailable | Self::GatewayTimeout | Self::Internal => {
+                "server_error"
+            }
+        }
+    }
+
+    /// OpenAI's `error.code`, also the `reason` label of the rejection metric.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::InvalidJson => "invalid_json",
+            Self::InvalidRequest => "invalid_request",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::ModelNotFound => "model_not_found",
+            Self::EndpointNotFound => "endpoint_not_found",
+            Self::RouteNotFound => "route_not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::Unauthorized => "invalid_api_key",
+            Self::Forbidden => "forbidden",
+            Self::RateLimited => "rate_limit_exceeded",
+            Self::BadGateway => "upstream_error",
+            Self::Unavailable => "no_upstream_available",
+            Self::GatewayTimeout => "upstream_timeout",
+            Self::Internal => "internal_error",
+        }
+    }
+}
+
+/// An error with its message and the offending parameter, if one.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub param: Option<String>,
+    /// Extra response headers (`retry-after`, `www-authenticate`, …).
+    pub headers: Vec<(header::HeaderName, HeaderValue)>,
+}
+
+impl ApiError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            param: None,
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
+        self
+    }
+
+    pub fn with_header(mut self, name: header::HeaderName, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.kind.status()
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.kind.code())
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    param: Option<&'a str>,
+    code: &'static str,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        crate::telemetry::rejection(self.kind);
+        let body = Body {
+            error: Inner {
+                message: &self.message,
+                kind: self.kind.error_type(),
+                param: self.param.as_deref(),
+                code: self.kind.code(),
+            },
+        };
+        // Serialising this struct cannot fail; fall back to a fixed body anyway.
+        let json = serde_json::to_vec(&body).unwrap_or_else(|_| {
+            br#"{"error":{"message":"internal error","type":"server_error","param":null,"code":"internal_error"}}"#.to_vec()
+        });
+        let mut resp = (self.kind.status(), json).into_response();
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        for (k, v) in self.headers {
+            h.insert(k, v);
+        }
+        resp
+    }
+}

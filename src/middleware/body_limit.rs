@@ -1,0 +1,46 @@
+//! Reading a request body with a hard cap: a declared `content-length` over
+//! the cap is refused before a byte is read, and a chunked body is cut off the
+//! moment it passes the cap. Either way a 413 in the OpenAI shape.
+
+use axum::body::Body;
+use axum::http::{HeaderMap, header};
+use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+
+use crate::error::{ApiError, ErrorKind};
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        ErrorKind::PayloadTooLarge,
+        format!("request body exceeds the limit of {limit} bytes"),
+    )
+}
+
+pub async fn read_limited(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    if let Some(len) = headers.get(header::CONTENT_LENGTH) {
+        let declared = len.to_str().ok().and_then(|s| s.parse::<u64>().ok());
+        match declared {
+            Some(n) if n > limit as u64 => return Err(too_large(limit)),
+            Some(_) => {}
+            None => {
+                return Err(ApiError::new(
+                    ErrorKind::InvalidRequest,
+                    "invalid content-length header",
+                )
+                .with_param("content-length"));
+            }
+        }
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large(limit)),
+        Err(e) => Err(ApiError::new(
+            ErrorKind::InvalidRequest,
+            format!("could not read the request body: {e}"),
+        )),
+    }
+}

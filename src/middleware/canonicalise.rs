@@ -1,0 +1,71 @@
+//! The canonicalise layer: read the body once (capped), parse it strictly,
+//! resolve the endpoint, compute the routing key, and hand the handler a
+//! [`RouteInput`] in request extensions. Bad input stops here with a 4xx and
+//! never reaches an upstream.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{MatchedPath, Path, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use kvgate_prefix::Api;
+
+use super::body_limit::read_limited;
+use crate::error::{ApiError, ErrorKind};
+use crate::route_input::analyse;
+use crate::state::AppState;
+use crate::tenancy::Tenant;
+
+/// Which API a matched route speaks.
+fn api_of(route: &str) -> Option<Api> {
+    match route {
+        "/v1/chat/completions" => Some(Api::Chat),
+        "/v1/completions" => Some(Api::Completions),
+        r if r.starts_with("/endpoints/") => Some(Api::Native),
+        _ => None,
+    }
+}
+
+pub async fn canonicalise(
+    State(state): State<Arc<AppState>>,
+    matched: MatchedPath,
+    params: Option<Path<HashMap<String, String>>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let params = params.map(|Path(p)| p).unwrap_or_default();
+    match prepare(&state, matched.as_str(), &params, req).await {
+        Ok(req) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn prepare(
+    state: &AppState,
+    route: &str,
+    params: &HashMap<String, String>,
+    req: Request,
+) -> Result<Request, ApiError> {
+    let api = api_of(route)
+        .ok_or_else(|| ApiError::new(ErrorKind::Internal, format!("no API for route {route}")))?;
+    let runtime = state.runtime.load_full();
+    let (mut parts, body) = req.into_parts();
+    let bytes = read_limited(&parts.headers, body, runtime.config.server.max_body_bytes).await?;
+    let tenant = parts
+        .extensions
+        .get::<Tenant>()
+        .cloned()
+        .unwrap_or_else(Tenant::anonymous);
+    let analysis = analyse(
+        &runtime,
+        api,
+        params.get("endpoint").map(String::as_str),
+        &parts.headers,
+        bytes.clone(),
+        &tenant.id,
+    )?;
+    parts.extensions.insert(analysis.input);
+    parts.extensions.insert(runtime);
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
+}

@@ -1,0 +1,189 @@
+//! From a request's path, headers and body bytes to a [`RouteInput`]: the API,
+//! the endpoint that serves it, the partition and the routing key. Pure and
+//! synchronous so that `kvgate explain` runs exactly what the gateway runs.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, header};
+use bytes::Bytes;
+use kvgate_prefix::{Api, JsonError};
+use serde_json::Value;
+
+use crate::error::{ApiError, ErrorKind};
+use crate::state::{Endpoint, Runtime};
+
+pub const PREFIX_AWARE_ID_HEADER: &str = "x-amzn-sagemaker-prefix-aware-id";
+
+/// What the handler needs to route a request; built once by the
+/// canonicalise layer and handed over in request extensions.
+#[derive(Debug, Clone)]
+pub struct RouteInput {
+    pub api: Api,
+    pub endpoint: Arc<Endpoint>,
+    pub model: Option<String>,
+    pub stream: bool,
+    pub partition: String,
+    pub key: u64,
+    /// The client's original bytes, forwarded untouched.
+    pub body: Bytes,
+}
+
+/// A [`RouteInput`] plus the window it was keyed on (for `explain`).
+#[derive(Debug)]
+pub struct Analysis {
+    pub input: RouteInput,
+    pub window: Vec<u8>,
+}
+
+pub fn api_label(api: Api) -> &'static str {
+    match api {
+        Api::Chat => "chat",
+        Api::Completions => "completions",
+        Api::Native => "native",
+    }
+}
+
+/// Reject bodies that say they are not JSON. A missing content type is
+/// accepted: curl's `-d` and some SDKs omit it, and the body is parsed as JSON anyway.
+pub fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(ct) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let ok = ct.to_str().ok().is_some_and(|s| {
+        let mime = s
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorKind::UnsupportedMediaType,
+            "request bodies must be JSON: send Content-Type: application/json",
+        )
+        .with_param("content-type"))
+    }
+}
+
+fn json_error(e: &JsonError) -> ApiError {
+    ApiError::new(
+        ErrorKind::InvalidJson,
+        format!("request body is not valid JSON: {e}"),
+    )
+}
+
+fn invalid(param: &str, message: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorKind::InvalidRequest, message).with_param(param)
+}
+
+/// The partition from the prefix-aware-id header, validated.
+fn header_partition(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get(PREFIX_AWARE_ID_HEADER) else {
+        return Ok(None);
+    };
+    let s = v.to_str().ok().filter(|s| kvgate_prefix::is_valid_partition_id(s)).ok_or_else(|| {
+        invalid(
+            PREFIX_AWARE_ID_HEADER,
+            "X-Amzn-SageMaker-Prefix-Aware-Id must be 1-64 printable characters, the first not a space",
+        )
+    })?;
+    Ok(Some(s.to_owned()))
+}
+
+/// Parse, validate and key a request. `tenant` comes from authentication.
+pub fn analyse(
+    runtime: &Runtime,
+    api: Api,
+    endpoint_name: Option<&str>,
+    headers: &HeaderMap,
+    body: Bytes,
+    tenant: &str,
+) -> Result<Analysis, ApiError> {
+    check_content_type(headers)?;
+    let partition_header = header_partition(headers)?;
+    let value = kvgate_prefix::parse_strict(&body).map_err(|e| json_error(&e))?;
+    let (endpoint, model, stream, partition_body) = match api {
+        Api::Native => {
+            let name = endpoint_name.unwrap_or_default();
+            let ep = runtime.endpoint(name).ok_or_else(|| {
+                ApiError::new(
+                    ErrorKind::EndpointNotFound,
+                    format!("endpoint {name:?} does not exist"),
+                )
+            })?;
+            let model = value
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let stream = value
+                .get("stream")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            (Arc::clone(ep), model, stream, None)
+        }
+        Api::Chat | Api::Completions => {
+            let obj = value
+                .as_object()
+                .ok_or_else(|| invalid("body", "the request body must be a JSON object"))?;
+            let model = match obj.get("model") {
+                Some(Value::String(m)) => m.clone(),
+                Some(_) => return Err(invalid("model", "`model` must be a string")),
+                None => return Err(invalid("model", "`model` is required")),
+            };
+            let ep = runtime.endpoint_for_model(&model).ok_or_else(|| {
+                ApiError::new(
+                    ErrorKind::ModelNotFound,
+                    format!("the model `{model}` does not exist or you do not have access to it"),
+                )
+                .with_param("model")
+            })?;
+            let stream = match obj.get("stream") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(invalid("stream", "`stream` must be a boolean")),
+            };
+            let pck = match obj.get("prompt_cache_key") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(_) => {
+                    return Err(invalid(
+                        "prompt_cache_key",
+                        "`prompt_cache_key` must be a string",
+                    ));
+                }
+            };
+            (Arc::clone(ep), Some(model), stream, pck)
+        }
+    };
+    let routing = &endpoint.config.routing;
+    let window = match api {
+        Api::Chat => kvgate_prefix::chat_window(&value, routing.prefix_length)
+            .map_err(|e| invalid(&e.param, e.message))?
+            .into_bytes(),
+        Api::Completions => kvgate_prefix::completions_window(&value, routing.prefix_length)
+            .map_err(|e| invalid(&e.param, e.message))?
+            .into_bytes(),
+        Api::Native => {
+            kvgate_prefix::native_window(&value, &routing.prompt_members, routing.prefix_length)
+        }
+    };
+    // The header is the operator's partition; it wins over the body's key.
+    let partition = partition_header.or(partition_body).unwrap_or_default();
+    let key = kvgate_prefix::routing_key(tenant, &partition, &window);
+    Ok(Analysis {
+        input: RouteInput {
+            api,
+            endpoint,
+            model,
+            stream,
+            partition,
+            key,
+            body,
+        },
+        window,
+    })
+}

@@ -1,0 +1,112 @@
+//! Metric names and the recorder. Everything is recorded through the
+//! `metrics` facade (lock-free atomics behind the handle), so nothing on the
+//! request path waits for telemetry; `/metrics` renders the Prometheus text.
+//!
+//! Labels are bounded: endpoint and instance ids come from config, reasons and
+//! outcomes from fixed enums. No prompt text, no keys.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::error::ErrorKind;
+
+pub const REQUESTS: &str = "kvgate_requests_total";
+pub const REQUEST_DURATION: &str = "kvgate_request_duration_seconds";
+pub const UPSTREAM_TTFB: &str = "kvgate_upstream_first_byte_seconds";
+pub const ROUTING_DURATION: &str = "kvgate_routing_decision_seconds";
+pub const ROUTING_DECISIONS: &str = "kvgate_routing_decisions_total";
+pub const IN_FLIGHT: &str = "kvgate_instance_in_flight";
+pub const HEALTHY: &str = "kvgate_instance_healthy";
+pub const PROMPT_TOKENS: &str = "kvgate_upstream_prompt_tokens_total";
+pub const CACHED_TOKENS: &str = "kvgate_upstream_cached_tokens_total";
+pub const RETRIES: &str = "kvgate_upstream_retries_total";
+pub const REJECTIONS: &str = "kvgate_rejections_total";
+pub const CONFIG_RELOADS: &str = "kvgate_config_reloads_total";
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Install the process-wide recorder once and return its handle. Every
+/// gateway in the process (tests start several) shares it.
+pub fn handle() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let micro = [
+                0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
+                0.01,
+            ];
+            let secs = [
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+            ];
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(ROUTING_DURATION.into()), &micro)
+                .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &secs));
+            let recorder = match builder {
+                Ok(b) => b.build_recorder(),
+                Err(_) => PrometheusBuilder::new().build_recorder(),
+            };
+            let handle = recorder.handle();
+            // Another recorder may already be installed (an embedding program's);
+            // then our handle renders only what we record through it, which is nothing.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+pub fn request_done(endpoint: &str, api: &'static str, status: u16, elapsed: Duration) {
+    let class = match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    counter!(REQUESTS, "endpoint" => endpoint.to_owned(), "api" => api, "status" => class)
+        .increment(1);
+    histogram!(REQUEST_DURATION, "endpoint" => endpoint.to_owned(), "api" => api)
+        .record(elapsed.as_secs_f64());
+}
+
+pub fn routing_decision(endpoint: &str, instance: &str, outcome: &'static str, took: Duration) {
+    histogram!(ROUTING_DURATION).record(took.as_secs_f64());
+    counter!(ROUTING_DECISIONS, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned(), "outcome" => outcome)
+        .increment(1);
+}
+
+pub fn first_byte(endpoint: &str, instance: &str, took: Duration) {
+    histogram!(UPSTREAM_TTFB, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+        .record(took.as_secs_f64());
+}
+
+pub fn in_flight(endpoint: &str, instance: &str, n: usize) {
+    gauge!(IN_FLIGHT, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+        .set(n as f64);
+}
+
+pub fn healthy(endpoint: &str, instance: &str, up: bool) {
+    gauge!(HEALTHY, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+        .set(if up { 1.0 } else { 0.0 });
+}
+
+pub fn usage(endpoint: &str, instance: &str, prompt: u64, cached: u64) {
+    counter!(PROMPT_TOKENS, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+        .increment(prompt);
+    counter!(CACHED_TOKENS, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+        .increment(cached);
+}
+
+pub fn retry(endpoint: &str, instance: &str, why: &'static str) {
+    counter!(RETRIES, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned(), "reason" => why)
+        .increment(1);
+}
+
+pub fn rejection(kind: ErrorKind) {
+    counter!(REJECTIONS, "reason" => kind.code()).increment(1);
+}
+
+pub fn config_reload(ok: bool) {
+    counter!(CONFIG_RELOADS, "result" => if ok { "ok" } else { "error" }).increment(1);
+}

@@ -1,0 +1,102 @@
+//! The response body on its way to the client: chunks pass through as they
+//! arrive; silence longer than the idle timeout ends the stream; usage is read
+//! in passing; and the in-flight slot is released when the body ends or is
+//! dropped (client gone), which also drops — and so closes — the upstream
+//! connection, making vLLM abort the generation.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use tokio::time::{Instant, Sleep};
+
+use super::instance::InflightGuard;
+use super::usage::{Usage, UsageScanner};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Called once with the reported usage when the body finishes or is dropped.
+pub type OnDone = Box<dyn FnOnce(Option<Usage>) + Send>;
+
+pin_project_lite::pin_project! {
+    pub struct UpstreamBody<S> {
+        #[pin]
+        inner: S,
+        #[pin]
+        idle: Sleep,
+        idle_timeout: Duration,
+        scanner: UsageScanner,
+        guard: Option<InflightGuard>,
+        on_done: Option<OnDone>,
+    }
+
+    impl<S> PinnedDrop for UpstreamBody<S> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let Some(done) = this.on_done.take() {
+                done(this.scanner.usage());
+            }
+            this.guard.take();
+        }
+    }
+}
+
+impl<S> UpstreamBody<S> {
+    pub fn new(inner: S, guard: InflightGuard, idle_timeout: Duration, on_done: OnDone) -> Self {
+        Self {
+            inner,
+            idle: tokio::time::sleep(idle_timeout),
+            idle_timeout,
+            scanner: UsageScanner::default(),
+            guard: Some(guard),
+            on_done: Some(on_done),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("upstream sent nothing for {0:?}")]
+pub struct IdleTimeout(Duration);
+
+impl<S, E> Stream for UpstreamBody<S>
+where
+    S: Stream<Item = Result<Bytes, E>>,
+    E: Into<BoxError>,
+{
+    type Item = Result<Bytes, BoxError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        match this.inner.poll_next(cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                this.scanner.feed(&chunk);
+                this.idle
+                    .as_mut()
+                    .reset(Instant::now() + *this.idle_timeout);
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.guard.take();
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(None) => {
+                // Release the slot the moment the upstream is done, not when
+                // hyper gets round to dropping the body.
+                if let Some(done) = this.on_done.take() {
+                    done(this.scanner.usage());
+                }
+                this.guard.take();
+                Poll::Ready(None)
+            }
+            Poll::Pending => match this.idle.poll(cx) {
+                Poll::Ready(()) => {
+                    this.guard.take();
+                    Poll::Ready(Some(Err(Box::new(IdleTimeout(*this.idle_timeout)))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}

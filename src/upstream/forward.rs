@@ -1,0 +1,182 @@
+//! Send a routed request upstream: plan the candidates, claim a slot on the
+//! first, fail over to the next while nothing has reached the client, and
+//! stream the answer back.
+//!
+//! Failover happens only before response headers: a refused, reset or timed
+//! out connection puts the instance in cool-down and moves on; a 502/503 from
+//! an upstream (overloaded or starting) moves on too. Once headers are
+//! forwarded the answer is the client's, errors and all.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+
+use super::body::UpstreamBody;
+use super::headers;
+use super::instance::Instance;
+use crate::error::{ApiError, ErrorKind};
+use crate::route_input::RouteInput;
+use crate::routing::{Load, Reason};
+use crate::state::Runtime;
+use crate::telemetry;
+
+/// One request on its way upstream.
+#[derive(Debug)]
+pub struct Forward<'a> {
+    pub runtime: &'a Runtime,
+    pub input: RouteInput,
+    /// Path on the instance, e.g. `/v1/chat/completions` or `/invocations`.
+    pub path: &'static str,
+    pub headers: &'a HeaderMap,
+}
+
+/// Where the request went and why, for logs.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub instance: Arc<Instance>,
+    pub reason: Reason,
+    pub attempts: usize,
+}
+
+pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
+    let ep = &f.input.endpoint;
+    let server = &f.runtime.config.server;
+    let started = Instant::now();
+    let loads: Vec<Load> = ep.instances.iter().map(|i| i.load()).collect();
+    let plan = ep.policy.plan(f.input.key, &loads);
+    let routing_took = started.elapsed();
+
+    let upstream_headers = headers::upstream_request(f.headers);
+    let mut last_error = String::from("no instance configured");
+    let mut last_kind = ErrorKind::Unavailable;
+    let count = plan.order.len();
+    for (attempt, &idx) in plan.order.iter().enumerate() {
+        let Some(instance) = ep.instances.get(idx) else {
+            continue;
+        };
+        let reason = if attempt == 0 {
+            plan.reason
+        } else {
+            Reason::Overflow
+        };
+        let outcome = if attempt == 0 {
+            reason.as_str()
+        } else {
+            "failover"
+        };
+        telemetry::routing_decision(ep.name(), &instance.id, outcome, routing_took);
+        let guard = instance.claim();
+        let sent = Instant::now();
+        let request = f
+            .runtime
+            .client
+            .post(format!("{}{}", instance.url, f.path))
+            .headers(upstream_headers.clone())
+            .body(f.input.body.clone())
+            .send();
+        let response = match tokio::time::timeout(server.timeouts.first_byte, request).await {
+            Err(_) => {
+                // The upstream may be working on it; a second copy elsewhere
+                // would double the GPU work. Answer 504 and let the drop abort it.
+                return Err(ApiError::new(
+                    ErrorKind::GatewayTimeout,
+                    format!(
+                        "instance {} sent no response headers within {:?}",
+                        instance.id, server.timeouts.first_byte
+                    ),
+                ));
+            }
+            Ok(Err(e)) => {
+                instance.cool_down(server.failover_cooldown);
+                tracing::warn!(endpoint = %ep.name(), instance = %instance.id, error = %error_chain(&e), "upstream connection failed; trying the next instance");
+                telemetry::retry(ep.name(), &instance.id, "connect");
+                last_kind = if e.is_timeout() {
+                    ErrorKind::GatewayTimeout
+                } else {
+                    ErrorKind::BadGateway
+                };
+                last_error = format!("instance {} failed: {}", instance.id, error_chain(&e));
+                continue;
+            }
+            Ok(Ok(r)) => r,
+        };
+        let status = response.status();
+        if matches!(
+            status,
+            StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE
+        ) && attempt + 1 < count
+        {
+            telemetry::retry(ep.name(), &instance.id, "status");
+            last_kind = ErrorKind::BadGateway;
+            last_error = format!("instance {} answered {status}", instance.id);
+            continue;
+        }
+        telemetry::first_byte(ep.name(), &instance.id, sent.elapsed());
+        let resp = client_response(response, guard, server.timeouts.idle, f.input.stream);
+        let outcome = Outcome {
+            instance: Arc::clone(instance),
+            reason,
+            attempts: attempt + 1,
+        };
+        return Ok((resp, outcome));
+    }
+    Err(ApiError::new(
+        last_kind,
+        format!(
+            "no instance of endpoint {} could take the request: {last_error}",
+            ep.name()
+        ),
+    ))
+}
+
+/// Turn the upstream response into the client's, streaming the body through.
+fn client_response(
+    upstream: reqwest::Response,
+    guard: super::InflightGuard,
+    idle: Duration,
+    stream_requested: bool,
+) -> Response {
+    let status = upstream.status();
+    let mut hdrs = headers::client_response(upstream.headers());
+    let is_sse = hdrs
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if is_sse || stream_requested {
+        // Ask nginx-style proxies in front of us not to buffer the stream.
+        hdrs.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        hdrs.entry(header::CACHE_CONTROL)
+            .or_insert(HeaderValue::from_static("no-cache"));
+    }
+    let instance = Arc::clone(guard.instance());
+    let on_done = Box::new(move |usage: Option<super::usage::Usage>| {
+        if let Some(u) = usage {
+            telemetry::usage(
+                &instance.endpoint,
+                &instance.id,
+                u.prompt_tokens,
+                u.cached_tokens,
+            );
+        }
+    });
+    let body = UpstreamBody::new(upstream.bytes_stream(), guard, idle, on_done);
+    let mut resp = Response::new(Body::from_stream(body));
+    *resp.status_mut() = status;
+    *resp.headers_mut() = hdrs;
+    resp
+}
+
+/// reqwest's Display hides the cause ("error sending request"); show the chain.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

@@ -1,0 +1,86 @@
+//! Which headers cross the gateway: hop-by-hop headers (RFC 9110 §7.6.1) and
+//! the client's credentials stay behind.
+
+use axum::http::{HeaderMap, HeaderName, header};
+
+/// Headers that describe one connection, never the message.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
+
+/// Headers for the upstream request: the client's minus hop-by-hop headers,
+/// those named in `Connection`, `Host`, `Content-Length` (recomputed) and
+/// `Authorization` (the client's credential is for kvgate, not the upstream).
+pub fn upstream_request(client: &HeaderMap) -> HeaderMap {
+    let named_by_connection: Vec<String> = client
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
+        .collect();
+    let mut out = HeaderMap::with_capacity(client.len());
+    for (name, value) in client {
+        if is_hop_by_hop(name)
+            || name == header::HOST
+            || name == header::CONTENT_LENGTH
+            || name == header::AUTHORIZATION
+            || named_by_connection.iter().any(|n| n == name.as_str())
+        {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+/// Headers for the client's response: the upstream's minus hop-by-hop ones.
+pub fn client_response(upstream: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(upstream.len() + 2);
+    for (name, value) in upstream {
+        if !is_hop_by_hop(name) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn drops_hop_by_hop_auth_and_connection_named() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert("x-request-id", HeaderValue::from_static("abc"));
+        let out = upstream_request(&h);
+        assert_eq!(out.len(), 2);
+        assert!(out.contains_key(header::CONTENT_TYPE));
+        assert!(out.contains_key("x-request-id"));
+    }
+}

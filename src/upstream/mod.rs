@@ -1,0 +1,12 @@
+//! Upstream instances and the trying of them: in-flight accounting
+//! ([`instance`]), sending with failover ([`forward`]) and the streamed
+//! response body that releases its slot when it ends or is dropped ([`body`]).
+
+mod body;
+mod forward;
+mod headers;
+mod instance;
+mod usage;
+
+pub use forward::{Forward, forward};
+pub use instance::{InflightGuard, Instance};

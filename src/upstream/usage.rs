@@ -1,0 +1,123 @@
+//! Reads `usage` (prompt and cached tokens) out of a response as it passes,
+//! without buffering or delaying a byte.
+//!
+//! Written by hand because no crate parses JSON incrementally across
+//! arbitrary SSE chunk boundaries at this cost: we only look for two keys.
+//! The last value seen wins, so a window re-scanned across a chunk boundary
+//! can only repeat or correct what was found, never double-count.
+
+use memchr::memmem;
+
+const PROMPT: &[u8] = b"\"prompt_tokens\":";
+const CACHED: &[u8] = b"\"cached_tokens\":";
+/// Longest pattern plus room for a 20-digit number and whitespace.
+const TAIL: usize = 48;
+
+/// Tokens an upstream reported for one request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct UsageScanner {
+    prompt: Option<u64>,
+    cached: Option<u64>,
+    tail: Vec<u8>,
+}
+
+impl UsageScanner {
+    pub fn feed(&mut self, chunk: &[u8]) {
+        if !self.tail.is_empty() {
+            let mut window = std::mem::take(&mut self.tail);
+            window.extend_from_slice(&chunk[..chunk.len().min(TAIL)]);
+            self.scan(&window);
+        }
+        self.scan(chunk);
+        self.tail.clear();
+        self.tail
+            .extend_from_slice(&chunk[chunk.len().saturating_sub(TAIL)..]);
+    }
+
+    fn scan(&mut self, hay: &[u8]) {
+        if let Some(v) = last_number_after(hay, PROMPT) {
+            self.prompt = Some(v);
+        }
+        if let Some(v) = last_number_after(hay, CACHED) {
+            self.cached = Some(v);
+        }
+    }
+
+    /// What was reported, if the response carried a usage object.
+    pub fn usage(&self) -> Option<Usage> {
+        self.prompt.map(|p| Usage {
+            prompt_tokens: p,
+            cached_tokens: self.cached.unwrap_or(0),
+        })
+    }
+}
+
+fn last_number_after(hay: &[u8], pat: &[u8]) -> Option<u64> {
+    let pos = memmem::rfind(hay, pat)?;
+    let rest = &hay[pos + pat.len()..];
+    let digits: &[u8] = {
+        let start = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+        let rest = &rest[start..];
+        let end = rest
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(rest.len());
+        &rest[..end]
+    };
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_usage_in_one_body() {
+        let mut s = UsageScanner::default();
+        s.feed(br#"{"usage":{"prompt_tokens": 1200,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":1024}}}"#);
+        assert_eq!(
+            s.usage(),
+            Some(Usage {
+                prompt_tokens: 1200,
+                cached_tokens: 1024
+            })
+        );
+    }
+
+    #[test]
+    fn survives_any_chunk_boundary() {
+        let body = br#"data: {"choices":[]}
+
+data: {"choices":[],"usage":{"prompt_tokens":98765,"prompt_tokens_details":{"cached_tokens":43210}}}
+
+data: [DONE]
+
+"#;
+        for cut in 1..body.len() {
+            let mut s = UsageScanner::default();
+            s.feed(&body[..cut]);
+            s.feed(&body[cut..]);
+            assert_eq!(
+                s.usage(),
+                Some(Usage {
+                    prompt_tokens: 98765,
+                    cached_tokens: 43210
+                }),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_usage_is_none() {
+        let mut s = UsageScanner::default();
+        s.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n");
+        assert_eq!(s.usage(), None);
+    }
+}
