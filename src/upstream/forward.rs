@@ -81,11 +81,12 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
             Err(_) => {
                 // The upstream may be working on it; a second copy elsewhere
                 // would double the GPU work. Answer 504 and let the drop abort it.
+                tracing::warn!(endpoint = %ep.name(), instance = %instance.id, "no response headers in time");
                 return Err(ApiError::new(
                     ErrorKind::GatewayTimeout,
                     format!(
-                        "instance {} sent no response headers within {:?}",
-                        instance.id, server.timeouts.first_byte
+                        "the upstream sent no response within {:?}",
+                        server.timeouts.first_byte
                     ),
                 ));
             }
@@ -98,7 +99,13 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
                 } else {
                     ErrorKind::BadGateway
                 };
-                last_error = format!("instance {} failed: {}", instance.id, error_chain(&e));
+                // The client learns what happened, not where: instance URLs stay internal.
+                last_error = if e.is_timeout() {
+                    "connection timed out"
+                } else {
+                    "connection failed"
+                }
+                .to_owned();
                 continue;
             }
             Ok(Ok(r)) => r,
@@ -111,7 +118,7 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
         {
             telemetry::retry(ep.name(), &instance.id, "status");
             last_kind = ErrorKind::BadGateway;
-            last_error = format!("instance {} answered {status}", instance.id);
+            last_error = format!("an instance answered {status}");
             continue;
         }
         telemetry::first_byte(ep.name(), &instance.id, sent.elapsed());

@@ -1,0 +1,329 @@
+//! Test harness: the real gateway and real HTTP upstreams, each on its own
+//! 127.0.0.1:0 port. Upstreams record what reached them and can answer fast,
+//! slowly, by streaming, or not at all.
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the harness"
+)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use futures_util::stream;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// What an upstream does with each request.
+#[derive(Clone, Debug)]
+pub enum Mode {
+    /// Answer at once with a small OpenAI-shaped JSON naming the instance.
+    Json,
+    /// Answer after a delay.
+    Delay(Duration),
+    /// Stream these SSE chunks, pausing `gap` before each after the first.
+    Stream { chunks: Vec<String>, gap: Duration },
+    /// Never answer; count the request as cancelled when the connection goes.
+    Hold,
+    /// Answer with this status.
+    Status(u16),
+}
+
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+#[derive(Debug)]
+pub struct UpstreamState {
+    pub name: String,
+    pub mode: Mutex<Mode>,
+    pub seen: Mutex<Vec<Seen>>,
+    pub active: AtomicUsize,
+    pub peak: AtomicUsize,
+    /// Requests whose connection went away before the answer was complete.
+    pub cancelled: AtomicUsize,
+}
+
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub state: Arc<UpstreamState>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Upstream {
+    pub async fn start(name: &str, mode: Mode) -> Self {
+        Self::start_on(TcpListener::bind("127.0.0.1:0").await.unwrap(), name, mode).await
+    }
+
+    pub async fn start_on(listener: TcpListener, name: &str, mode: Mode) -> Self {
+        let state = Arc::new(UpstreamState {
+            name: name.to_owned(),
+            mode: Mutex::new(mode),
+            seen: Mutex::new(Vec::new()),
+            active: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            cancelled: AtomicUsize::new(0),
+        });
+        let app = Router::new()
+            .fallback(handle)
+            .with_state(Arc::clone(&state));
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        Self {
+            addr,
+            state,
+            stop: Some(tx),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn hits(&self) -> usize {
+        self.state.seen.lock().unwrap().len()
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.state.seen.lock().unwrap().clone()
+    }
+
+    pub fn set_mode(&self, mode: Mode) {
+        *self.state.mode.lock().unwrap() = mode;
+    }
+
+    pub fn cancelled(&self) -> usize {
+        self.state.cancelled.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Counts a request active until dropped; if dropped unfinished, cancelled.
+struct Active {
+    state: Arc<UpstreamState>,
+    finished: bool,
+}
+
+impl Active {
+    fn new(state: &Arc<UpstreamState>) -> Self {
+        let n = state.active.fetch_add(1, Ordering::SeqCst) + 1;
+        state.peak.fetch_max(n, Ordering::SeqCst);
+        Self {
+            state: Arc::clone(state),
+            finished: false,
+        }
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.state.active.fetch_sub(1, Ordering::SeqCst);
+        if !self.finished {
+            self.state.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+async fn handle(State(state): State<Arc<UpstreamState>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    state.seen.lock().unwrap().push(Seen {
+        path: parts.uri.path().to_owned(),
+        headers: parts.headers.clone(),
+        body,
+    });
+    let mode = state.mode.lock().unwrap().clone();
+    let mut active = Active::new(&state);
+    let json = || {
+        let body = format!(
+            r#"{{"id":"x","object":"chat.completion","instance":"{}","choices":[{{"index":0,"message":{{"role":"assistant","content":"hi"}},"finish_reason":"stop"}}],"usage":{{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11,"prompt_tokens_details":{{"cached_tokens":8}}}}}}"#,
+            state.name
+        );
+        Response::builder()
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("x-instance", state.name.as_str())
+            .body(Body::from(body))
+            .unwrap()
+    };
+    match mode {
+        Mode::Json => {
+            active.finished = true;
+            json()
+        }
+        Mode::Delay(d) => {
+            tokio::time::sleep(d).await;
+            active.finished = true;
+            json()
+        }
+        Mode::Status(code) => {
+            active.finished = true;
+            Response::builder()
+                .status(StatusCode::from_u16(code).unwrap())
+                .header("x-instance", state.name.as_str())
+                .body(Body::from(r#"{"error":{"message":"upstream says no","type":"server_error","param":null,"code":null}}"#))
+                .unwrap()
+        }
+        Mode::Hold => {
+            std::future::pending::<()>().await;
+            unreachable!()
+        }
+        Mode::Stream { chunks, gap } => {
+            let s = stream::unfold(
+                (chunks.into_iter(), active, true),
+                move |(mut it, mut active, first)| async move {
+                    match it.next() {
+                        Some(c) => {
+                            if !first {
+                                tokio::time::sleep(gap).await;
+                            }
+                            Some((Ok::<_, std::io::Error>(Bytes::from(c)), (it, active, false)))
+                        }
+                        None => {
+                            active.finished = true;
+                            drop(active);
+                            None
+                        }
+                    }
+                },
+            );
+            Response::builder()
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .header("x-instance", state.name.as_str())
+                .body(Body::from_stream(s))
+                .unwrap()
+        }
+    }
+}
+
+/// A running gateway.
+pub struct Gateway {
+    pub addr: SocketAddr,
+    pub state: Arc<kvgate::AppState>,
+    stop: Option<oneshot::Sender<()>>,
+    pub task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Gateway {
+    pub async fn start(yaml: &str) -> Self {
+        let config = kvgate::Config::from_yaml(yaml)
+            .unwrap_or_else(|e| panic!("bad test config: {e}\n{yaml}"));
+        let state = kvgate::build_state(config).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(kvgate::serve(listener, Arc::clone(&state), async {
+            let _ = rx.await;
+        }));
+        Self {
+            addr,
+            state,
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Begin graceful shutdown.
+    pub fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A one-endpoint config over these upstreams.
+pub fn config(model: &str, upstreams: &[&Upstream], strategy: &str, threshold: usize) -> String {
+    let instances: String = upstreams
+        .iter()
+        .map(|u| format!("      - url: \"{}\"\n", u.url()))
+        .collect();
+    format!(
+        r#"server:
+  listen: "127.0.0.1:0"
+  max_body_bytes: 65536
+  failover_cooldown_ms: 60000
+endpoints:
+  - name: chat
+    models: ["{model}"]
+    instances:
+{instances}    routing:
+      strategy: {strategy}
+      prefix_length: 1024
+      concurrency_threshold: {threshold}
+"#
+    )
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+/// Poll `f` until it holds, for up to 10 s (generous: CI machines are slow).
+pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+/// A chat body with a long shared system prompt and a short question.
+pub fn chat_body(model: &str, system: &str, question: &str, stream: bool) -> serde_json::Value {
+    serde_json::json!({
+        "model": model,
+        "stream": stream,
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": question}
+        ]
+    })
+}
+
+pub fn system_prompt(topic: usize) -> String {
+    format!("You are assistant number {topic}. ").repeat(80)
+}
+
+/// Which upstream served a response (each upstream names itself).
+pub fn served_by(resp: &reqwest::Response) -> String {
+    resp.headers()
+        .get("x-instance")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("?")
+        .to_owned()
+}

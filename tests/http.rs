@@ -1,0 +1,301 @@
+//! What crosses the gateway: streams byte for byte and chunk by chunk,
+//! cancellation when the client leaves, headers, `/v1/models`, and every kind
+//! of bad input answered with a 4xx in OpenAI's shape and nothing forwarded.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use futures_util::StreamExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const MODEL: &str = "test-model";
+
+fn sse_chunks() -> Vec<String> {
+    let mut v: Vec<String> = (0..5)
+        .map(|i| format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"tok{i} \\u00e9\"}}}}]}}\n\n"))
+        .collect();
+    v.push("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n".into());
+    v.push("data: [DONE]\n\n".into());
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_streams_through_chunk_by_chunk_and_byte_identical() {
+    let up = Upstream::start(
+        "u0",
+        Mode::Stream {
+            chunks: sse_chunks(),
+            gap: Duration::from_millis(150),
+        },
+    )
+    .await;
+    let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
+    let resp = client()
+        .post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&chat_body(MODEL, "sys", "hi", true)).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    assert_eq!(resp.headers()["x-accel-buffering"], "no");
+    let mut body = resp.bytes_stream();
+    let first = body.next().await.unwrap().unwrap();
+    // The first chunk arrived while the upstream was still producing the rest.
+    assert_eq!(
+        up.state.active.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "upstream already finished: the stream was buffered"
+    );
+    let mut got = first.to_vec();
+    while let Some(c) = body.next().await {
+        got.extend_from_slice(&c.unwrap());
+    }
+    assert_eq!(got, sse_chunks().concat().into_bytes());
+    let rt = gw.state.runtime.load_full();
+    assert_eq!(rt.endpoint("chat").unwrap().instances[0].in_flight(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_leaving_a_stream_closes_the_upstream() {
+    let up = Upstream::start(
+        "u0",
+        Mode::Stream {
+            chunks: sse_chunks(),
+            gap: Duration::from_secs(60),
+        },
+    )
+    .await;
+    let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
+    let resp = client()
+        .post(gw.url("/v1/chat/completions"))
+        .body(serde_json::to_vec(&chat_body(MODEL, "sys", "hi", true)).unwrap())
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    let _first = body.next().await.unwrap().unwrap();
+    drop(body);
+    eventually("upstream stream cancelled", || up.cancelled() == 1).await;
+    let rt = gw.state.runtime.load_full();
+    let inst = rt.endpoint("chat").unwrap().instances[0].clone();
+    eventually("in-flight released", || inst.in_flight() == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_leaving_before_the_answer_closes_the_upstream() {
+    let up = Upstream::start("u0", Mode::Hold).await;
+    let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
+    let body = serde_json::to_vec(&chat_body(MODEL, "sys", "hi", false)).unwrap();
+    let req = client()
+        .post(gw.url("/v1/chat/completions"))
+        .body(body)
+        .send();
+    let t = tokio::spawn(req);
+    eventually("request reached upstream", || up.hits() == 1).await;
+    t.abort();
+    eventually("upstream request cancelled", || up.cancelled() == 1).await;
+    let rt = gw.state.runtime.load_full();
+    let inst = rt.endpoint("chat").unwrap().instances[0].clone();
+    eventually("in-flight released", || inst.in_flight() == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_request_id_and_body_reach_upstream_as_they_should() {
+    let up = Upstream::start("u0", Mode::Json).await;
+    let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
+    let raw = format!(
+        "{{ \"model\" : \"{MODEL}\", \"messages\": [{{\"role\":\"user\",\"content\":\"hi\"}}] }}"
+    );
+    let resp = client()
+        .post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json; charset=utf-8")
+        .header("x-request-id", "req-123")
+        .header("authorization", "Bearer client-secret")
+        .header("x-custom", "kept")
+        .body(raw.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-request-id"], "req-123");
+    let seen = &up.seen()[0];
+    assert_eq!(seen.path, "/v1/chat/completions");
+    assert_eq!(seen.body, raw.as_bytes());
+    assert_eq!(seen.headers["x-request-id"], "req-123");
+    assert_eq!(
+        seen.headers["content-type"],
+        "application/json; charset=utf-8"
+    );
+    assert_eq!(seen.headers["x-custom"], "kept");
+    assert!(
+        seen.headers.get("authorization").is_none(),
+        "client credentials leaked upstream"
+    );
+
+    // Without one, an id is made and sent both ways.
+    let resp = client()
+        .post(gw.url("/v1/completions"))
+        .body(format!(r#"{{"model":"{MODEL}","prompt":"once upon"}}"#))
+        .send()
+        .await
+        .unwrap();
+    let id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert!(id.len() >= 16);
+    let seen = &up.seen()[1];
+    assert_eq!(seen.path, "/v1/completions");
+    assert_eq!(seen.headers["x-request-id"].to_str().unwrap(), id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_lists_the_configured_models() {
+    let up = Upstream::start("u0", Mode::Json).await;
+    let yaml = config(MODEL, &[&up], "prefix_aware", 10).replace(
+        &format!("models: [\"{MODEL}\"]"),
+        &format!("models: [\"{MODEL}\", \"other/model-2\"]"),
+    );
+    let gw = Gateway::start(&yaml).await;
+    let v: serde_json::Value = serde_json::from_slice(
+        &client()
+            .get(gw.url("/v1/models"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(v["object"], "list");
+    let ids: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![MODEL, "other/model-2"]);
+    assert_eq!(v["data"][0]["object"], "model");
+    assert_eq!(up.hits(), 0);
+}
+
+/// (what, path, extra header, body) → expected status and error code.
+fn bad_inputs() -> Vec<(
+    &'static str,
+    &'static str,
+    Option<(&'static str, &'static str)>,
+    Vec<u8>,
+    u16,
+    &'static str,
+)> {
+    let chat = "/v1/chat/completions";
+    let native = "/endpoints/chat/invocations";
+    let ok_msgs = r#""messages":[{"role":"user","content":"hi"}]"#;
+    vec![
+        ("malformed JSON", chat, None, b"{\"model\": \"test-model\", ".to_vec(), 400, "invalid_json"),
+        ("empty body", chat, None, Vec::new(), 400, "invalid_json"),
+        ("invalid UTF-8", chat, None, b"{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}".to_vec(), 400, "invalid_json"),
+        ("lone surrogate", chat, None, br#"{"model":"test-model","messages":[{"role":"user","content":"\ud800"}]}"#.to_vec(), 400, "invalid_json"),
+        ("duplicate keys", chat, None, format!(r#"{{"model":"test-model","model":"x",{ok_msgs}}}"#).into_bytes(), 400, "invalid_json"),
+        ("deep nesting", native, None, format!("{}{}", "[".repeat(30_000), "]".repeat(30_000)).into_bytes(), 400, "invalid_json"),
+        ("10,000-digit number", native, None, format!("{{\"inputs\":{}}}", "9".repeat(10_000)).into_bytes(), 400, "invalid_json"),
+        ("messages not an array", chat, None, br#"{"model":"test-model","messages":"hi"}"#.to_vec(), 400, "invalid_request"),
+        ("message not an object", chat, None, br#"{"model":"test-model","messages":["hi"]}"#.to_vec(), 400, "invalid_request"),
+        ("messages missing", chat, None, br#"{"model":"test-model"}"#.to_vec(), 400, "invalid_request"),
+        ("model missing", chat, None, format!("{{{ok_msgs}}}").into_bytes(), 400, "invalid_request"),
+        ("model not a string", chat, None, format!(r#"{{"model":7,{ok_msgs}}}"#).into_bytes(), 400, "invalid_request"),
+        ("stream not a boolean", chat, None, format!(r#"{{"model":"test-model","stream":"yes",{ok_msgs}}}"#).into_bytes(), 400, "invalid_request"),
+        ("body not an object", chat, None, b"[1,2]".to_vec(), 400, "invalid_request"),
+        ("prompt missing", "/v1/completions", None, br#"{"model":"test-model"}"#.to_vec(), 400, "invalid_request"),
+        ("unknown model", chat, None, format!(r#"{{"model":"nope",{ok_msgs}}}"#).into_bytes(), 404, "model_not_found"),
+        ("unknown endpoint", "/endpoints/nope/invocations", None, br#"{"inputs":"x"}"#.to_vec(), 404, "endpoint_not_found"),
+        ("unknown route", "/v1/nothing-here", None, b"{}".to_vec(), 404, "route_not_found"),
+        ("oversized body", chat, None, format!(r#"{{"model":"test-model","messages":[{{"role":"user","content":"{}"}}]}}"#, "a".repeat(70_000)).into_bytes(), 413, "payload_too_large"),
+        ("wrong content type", chat, Some(("content-type", "text/plain")), format!(r#"{{"model":"test-model",{ok_msgs}}}"#).into_bytes(), 415, "unsupported_media_type"),
+        ("prefix id empty", native, Some(("x-amzn-sagemaker-prefix-aware-id", "")), br#"{"inputs":"x"}"#.to_vec(), 400, "invalid_request"),
+        ("prefix id only spaces", native, Some(("x-amzn-sagemaker-prefix-aware-id", "   ")), br#"{"inputs":"x"}"#.to_vec(), 400, "invalid_request"),
+        ("prefix id too long", native, Some(("x-amzn-sagemaker-prefix-aware-id", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")), br#"{"inputs":"x"}"#.to_vec(), 400, "invalid_request"),
+        ("prefix id control char", native, Some(("x-amzn-sagemaker-prefix-aware-id", "a\tb")), br#"{"inputs":"x"}"#.to_vec(), 400, "invalid_request"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_4xx_in_openai_shape_and_never_forwarded() {
+    let up = Upstream::start("u0", Mode::Json).await;
+    let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
+    for (what, path, header, body, status, code) in bad_inputs() {
+        let mut req = client().post(gw.url(path)).body(body);
+        if let Some((k, v)) = header {
+            req = req.header(k, v);
+        }
+        let resp = req.send().await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(resp.status().as_u16(), status, "{what}");
+        assert_eq!(resp.headers()["content-type"], "application/json", "{what}");
+        let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+        assert_eq!(v["error"]["code"], code, "{what}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{what}: {v}"
+        );
+        assert!(v["error"]["type"].is_string(), "{what}: {v}");
+        assert_eq!(up.hits(), 0, "{what} was forwarded upstream");
+    }
+    // Wrong method on a known route.
+    let resp = client()
+        .get(gw.url("/v1/chat/completions"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 405);
+    // Still serving.
+    let resp = client()
+        .post(gw.url("/v1/chat/completions"))
+        .body(serde_json::to_vec(&chat_body(MODEL, "s", "q", false)).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(up.hits(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_chunked_body_is_cut_off_with_413() {
+    let up = Upstream::start("u0", Mode::Json).await;
+    let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
+    // No content-length: the body arrives chunked and must be stopped while reading.
+    let chunks =
+        futures_util::stream::iter((0..100).map(|_| Ok::<_, std::io::Error>(vec![b' '; 4096])));
+    let resp = client()
+        .post(gw.url("/v1/chat/completions"))
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await;
+    // The gateway may answer 413 before the client finished sending; either the
+    // answer arrives or the connection is closed on the sender, never a 2xx.
+    if let Ok(resp) = resp {
+        assert_eq!(resp.status(), 413);
+    }
+    assert_eq!(up.hits(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicting_framing_headers_are_refused() {
+    let up = Upstream::start("u0", Mode::Json).await;
+    let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let body = r#"{"model":"test-model","messages":[{"role":"user","content":"hi"}]}"#;
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert_eq!(up.hits(), 0);
+}
