@@ -16,6 +16,7 @@
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod explain;
 pub mod middleware;
 pub mod route_input;
 pub mod routing;
@@ -47,6 +48,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = api::router(Arc::clone(&state));
+    tokio::spawn(upstream::health::run(Arc::downgrade(&state)));
     let grace = state.runtime.load().config.server.shutdown_grace;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let flag = Arc::clone(&state);

@@ -35,6 +35,21 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Explain how the request on stdin would be routed (nothing is sent).
+    Explain {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Gateway path the request is sent to; guessed from the body when absent
+        /// (`prompt` → /v1/completions, otherwise /v1/chat/completions).
+        #[arg(long)]
+        path: Option<String>,
+        /// Extra request header, `name: value` (e.g. the prefix-aware id). Repeatable.
+        #[arg(long = "header", short = 'H')]
+        headers: Vec<String>,
+        /// Tenant the request is authenticated as.
+        #[arg(long, default_value = "anonymous")]
+        tenant: String,
+    },
 }
 
 fn init_logs(json: bool) {
@@ -64,14 +79,65 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Explain {
+            config,
+            path,
+            headers,
+            tenant,
+        } => match explain(&config, path, &headers, &tenant) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("kvgate explain: {e:#}");
+                ExitCode::from(2)
+            }
+        },
         Command::Serve { config, listen } => run(async move {
             let mut cfg = Config::load(&config)?;
             if let Some(l) = listen {
                 cfg.server.listen = l;
             }
-            serve(cfg).await
+            serve(cfg, Some(config)).await
         }),
     }
+}
+
+fn explain(
+    config: &std::path::Path,
+    path: Option<String>,
+    headers: &[String],
+    tenant: &str,
+) -> anyhow::Result<String> {
+    use std::io::Read;
+    let cfg = Config::load(config)?;
+    let mut body = Vec::new();
+    std::io::stdin().read_to_end(&mut body)?;
+    let mut map = axum::http::HeaderMap::new();
+    for h in headers {
+        let (k, v) = h
+            .split_once(':')
+            .ok_or_else(|| anyhow::anyhow!("header {h:?} is not `name: value`"))?;
+        map.append(
+            axum::http::HeaderName::try_from(k.trim())?,
+            axum::http::HeaderValue::try_from(v.trim())?,
+        );
+    }
+    let path = path.unwrap_or_else(|| {
+        let has_prompt = serde_json::from_slice::<serde_json::Value>(&body)
+            .is_ok_and(|v| v.get("prompt").is_some() && v.get("messages").is_none());
+        if has_prompt {
+            "/v1/completions"
+        } else {
+            "/v1/chat/completions"
+        }
+        .to_owned()
+    });
+    let runtime = kvgate::Runtime::build(cfg, None)?;
+    let v = kvgate::explain::explain(&runtime, &path, &map, body.into(), tenant)
+        .map_err(|e| anyhow::anyhow!("{} ({})", e.message, e.status()))?;
+    Ok(serde_json::to_string_pretty(&v)?)
 }
 
 fn run(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
@@ -91,9 +157,15 @@ fn run(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     }
 }
 
-async fn serve(cfg: Config) -> anyhow::Result<()> {
+async fn serve(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     let listen = cfg.server.listen;
     let state = kvgate::build_state(cfg)?;
+    if let Some(path) = path {
+        tokio::spawn(kvgate::config::reload::watch(
+            path,
+            std::sync::Arc::clone(&state),
+        ));
+    }
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "kvgate listening");
     kvgate::serve(listener, state, shutdown_signal()).await?;

@@ -1,6 +1,12 @@
 //! What crosses the gateway: streams byte for byte and chunk by chunk,
 //! cancellation when the client leaves, headers, `/v1/models`, and every kind
 //! of bad input answered with a 4xx in OpenAI's shape and nothing forwarded.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code: a failure is a failed test"
+)]
 
 mod common;
 
@@ -182,14 +188,17 @@ async fn models_lists_the_configured_models() {
 }
 
 /// (what, path, extra header, body) → expected status and error code.
-fn bad_inputs() -> Vec<(
+/// What a bad input is, its path, an extra header, its body, the expected status and error code.
+type BadInput = (
     &'static str,
     &'static str,
     Option<(&'static str, &'static str)>,
     Vec<u8>,
     u16,
     &'static str,
-)> {
+);
+
+fn bad_inputs() -> Vec<BadInput> {
     let chat = "/v1/chat/completions";
     let native = "/endpoints/chat/invocations";
     let ok_msgs = r#""messages":[{"role":"user","content":"hi"}]"#;

@@ -1,6 +1,12 @@
 //! Routing as a client sees it: affinity, canonical equality, partitions,
 //! overflow, key movement and failover, through the real gateway and real
 //! upstreams on ephemeral ports.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code: a failure is a failed test"
+)]
 
 mod common;
 

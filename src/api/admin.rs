@@ -57,3 +57,31 @@ pub async fn models(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         .collect();
     Json(json!({"object": "list", "data": data}))
 }
+
+/// `POST /admin/explain/{path}`: how a request to `/{path}` would be routed now.
+pub async fn explain(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(path): axum::extract::Path<String>,
+    tenant: Option<axum::Extension<crate::tenancy::Tenant>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> axum::response::Response {
+    let rt = state.runtime.load_full();
+    let tenant = tenant
+        .map(|t| t.0)
+        .unwrap_or_else(crate::tenancy::Tenant::anonymous);
+    let result = async {
+        let bytes = crate::middleware::body_limit::read_limited(
+            &headers,
+            body,
+            rt.config.server.max_body_bytes,
+        )
+        .await?;
+        crate::explain::explain(&rt, &format!("/{path}"), &headers, bytes, &tenant.id)
+    }
+    .await;
+    match result {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}

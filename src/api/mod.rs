@@ -39,6 +39,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let authenticated = Router::new()
         .merge(inference)
         .route("/v1/models", get(admin::models))
+        .route("/admin/explain/{*path}", post(admin::explain))
         .route_layer(from_fn(auth::authenticate));
 
     let open = Router::new()

@@ -2,6 +2,7 @@
 //! ([`validate`]), and loading from disk.
 
 mod raw;
+pub mod reload;
 mod validate;
 
 use std::net::SocketAddr;
@@ -29,6 +30,9 @@ pub struct ServerConfig {
     pub failover_cooldown: Duration,
     /// How long SIGTERM waits for in-flight requests.
     pub shutdown_grace: Duration,
+    /// Send an SSE comment (`: ping`) after this much silence on a stream,
+    /// so idle timeouts of load balancers in front don't cut long prefills.
+    pub sse_keepalive: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -46,6 +50,20 @@ pub struct EndpointConfig {
     pub models: Vec<String>,
     pub instances: Vec<InstanceConfig>,
     pub routing: RoutingConfig,
+    /// Active health checks; `None` means passive ejection only.
+    pub health: Option<HealthConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// `/health` (vLLM) or `/ping` (SageMaker containers).
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive successes that bring an unhealthy instance back.
+    pub healthy_threshold: u32,
+    /// Consecutive failures that take a healthy instance out.
+    pub unhealthy_threshold: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

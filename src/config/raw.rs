@@ -21,6 +21,7 @@ pub struct RawServer {
     pub timeouts: Option<RawTimeouts>,
     pub failover_cooldown_ms: Option<u64>,
     pub shutdown_grace_ms: Option<u64>,
+    pub sse_keepalive_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -40,6 +41,17 @@ pub struct RawEndpoint {
     pub instances: Vec<RawInstance>,
     #[serde(default)]
     pub routing: RawRouting,
+    pub health: Option<RawHealth>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealth {
+    pub path: Option<String>,
+    pub interval_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    pub healthy_threshold: Option<u64>,
+    pub unhealthy_threshold: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -5,8 +5,10 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::raw::{RawConfig, RawEndpoint, RawRouting, RawServer};
-use super::{Config, EndpointConfig, InstanceConfig, RoutingConfig, ServerConfig, Timeouts};
+use super::raw::{RawConfig, RawEndpoint, RawHealth, RawRouting, RawServer};
+use super::{
+    Config, EndpointConfig, HealthConfig, InstanceConfig, RoutingConfig, ServerConfig, Timeouts,
+};
 use crate::routing::Strategy;
 
 /// A configuration error: which field, and why.
@@ -93,6 +95,10 @@ fn server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
             5_000,
         )?,
         shutdown_grace: ms("server.shutdown_grace_ms", raw.shutdown_grace_ms, 30_000)?,
+        sse_keepalive: match raw.sse_keepalive_ms {
+            Some(0) => None,
+            v => Some(ms("server.sse_keepalive_ms", v, 15_000)?),
+        },
     })
 }
 
@@ -152,11 +158,13 @@ fn endpoint(i: usize, raw: RawEndpoint) -> Result<EndpointConfig, ConfigError> {
         }
         instances.push(InstanceConfig { id, url });
     }
+    let health = raw.health.map(|h| health(&at("health"), h)).transpose()?;
     Ok(EndpointConfig {
         name: raw.name,
         models: raw.models,
         instances,
         routing: routing(&at("routing"), raw.routing)?,
+        health,
     })
 }
 
@@ -207,6 +215,32 @@ fn routing(at: &str, raw: RawRouting) -> Result<RoutingConfig, ConfigError> {
         balance_factor: raw.balance_factor,
         virtual_nodes: usize::try_from(vnodes).unwrap_or(usize::MAX),
         prompt_members,
+    })
+}
+
+fn health(at: &str, raw: RawHealth) -> Result<HealthConfig, ConfigError> {
+    let f = |name: &str| format!("{at}.{name}");
+    let path = raw.path.unwrap_or_else(|| "/health".to_owned());
+    if !path.starts_with('/') {
+        return Err(ConfigError::new(
+            f("path"),
+            format!("{path:?} must start with '/'"),
+        ));
+    }
+    let interval = raw.interval_ms.unwrap_or(5_000);
+    in_range(&f("interval_ms"), interval, 100, 3_600_000)?;
+    let timeout = raw.timeout_ms.unwrap_or(2_000);
+    in_range(&f("timeout_ms"), timeout, 10, 600_000)?;
+    let up = raw.healthy_threshold.unwrap_or(2);
+    in_range(&f("healthy_threshold"), up, 1, 100)?;
+    let down = raw.unhealthy_threshold.unwrap_or(3);
+    in_range(&f("unhealthy_threshold"), down, 1, 100)?;
+    Ok(HealthConfig {
+        path,
+        interval: Duration::from_millis(interval),
+        timeout: Duration::from_millis(timeout),
+        healthy_threshold: u32::try_from(up).unwrap_or(2),
+        unhealthy_threshold: u32::try_from(down).unwrap_or(3),
     })
 }
 

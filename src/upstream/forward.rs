@@ -91,7 +91,7 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
                 ));
             }
             Ok(Err(e)) => {
-                instance.cool_down(server.failover_cooldown);
+                instance.connect_failed(server.failover_cooldown);
                 tracing::warn!(endpoint = %ep.name(), instance = %instance.id, error = %error_chain(&e), "upstream connection failed; trying the next instance");
                 telemetry::retry(ep.name(), &instance.id, "connect");
                 last_kind = if e.is_timeout() {
@@ -111,6 +111,11 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
             Ok(Ok(r)) => r,
         };
         let status = response.status();
+        if status.is_server_error() {
+            instance.server_error(server.failover_cooldown);
+        } else {
+            instance.succeeded();
+        }
         if matches!(
             status,
             StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE

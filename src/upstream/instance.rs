@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::routing::Load;
@@ -23,7 +23,16 @@ pub struct Instance {
     cooldown_until: AtomicU64,
     /// Set by health checks; starts healthy so a new fleet serves at once.
     healthy: AtomicBool,
+    /// Consecutive failed requests (connection errors or 5xx), for passive ejection.
+    failures: AtomicU32,
+    /// Consecutive probe results in the current direction (health checks).
+    probe_streak: AtomicU32,
 }
+
+/// Consecutive 5xx answers that eject an instance passively.
+pub const EJECT_AFTER_5XX: u32 = 3;
+/// Backoff doublings are capped so an ejected instance is retried at least this often.
+const MAX_COOLDOWN: Duration = Duration::from_secs(300);
 
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -45,6 +54,8 @@ impl Instance {
             in_flight: AtomicUsize::new(0),
             cooldown_until: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
+            failures: AtomicU32::new(0),
+            probe_streak: AtomicU32::new(0),
         })
     }
 
@@ -82,6 +93,43 @@ impl Instance {
         self.cooldown_until.fetch_max(until, Ordering::Relaxed);
     }
 
+    /// A connection failure: cool down at once, twice as long each time in a row.
+    pub fn connect_failed(&self, base: Duration) {
+        let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        self.cool_down(backoff(base, n));
+    }
+
+    /// A 5xx answer: after [`EJECT_AFTER_5XX`] in a row, cool down with backoff.
+    pub fn server_error(&self, base: Duration) {
+        let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= EJECT_AFTER_5XX {
+            self.cool_down(backoff(base, n + 1 - EJECT_AFTER_5XX));
+        }
+    }
+
+    /// Any answer that is not a 5xx ends a failure streak.
+    pub fn succeeded(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+    }
+
+    /// Record one health probe; flips health after `up`/`down` results in a row.
+    pub fn probe(&self, ok: bool, up: u32, down: u32) {
+        let healthy = self.is_healthy();
+        if ok == healthy {
+            self.probe_streak.store(0, Ordering::Relaxed);
+            return;
+        }
+        let n = self.probe_streak.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= if ok { up } else { down } {
+            self.probe_streak.store(0, Ordering::Relaxed);
+            self.set_healthy(ok);
+            if ok {
+                self.succeeded();
+                self.cooldown_until.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Count one more request in flight until the guard drops.
     pub fn claim(self: &Arc<Self>) -> InflightGuard {
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
@@ -90,6 +138,11 @@ impl Instance {
             instance: Arc::clone(self),
         }
     }
+}
+
+fn backoff(base: Duration, n: u32) -> Duration {
+    base.saturating_mul(1u32 << n.saturating_sub(1).min(10))
+        .min(MAX_COOLDOWN)
 }
 
 /// One in-flight slot on an instance, released on drop.
@@ -129,6 +182,41 @@ mod tests {
         assert_eq!(i.in_flight(), 1);
         drop(g2);
         assert_eq!(i.in_flight(), 0);
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let b = Duration::from_secs(1);
+        assert_eq!(backoff(b, 1), b);
+        assert_eq!(backoff(b, 3), Duration::from_secs(4));
+        assert_eq!(backoff(b, 30), MAX_COOLDOWN);
+    }
+
+    #[test]
+    fn three_5xx_in_a_row_eject_and_success_resets() {
+        let i = Instance::new("e", "a", "http://a");
+        i.server_error(Duration::from_secs(60));
+        i.server_error(Duration::from_secs(60));
+        i.succeeded();
+        i.server_error(Duration::from_secs(60));
+        assert!(i.available(), "streak was reset by the success");
+        i.server_error(Duration::from_secs(60));
+        i.server_error(Duration::from_secs(60));
+        assert!(!i.available());
+    }
+
+    #[test]
+    fn probes_flip_health_after_thresholds() {
+        let i = Instance::new("e", "a", "http://a");
+        i.probe(false, 2, 3);
+        i.probe(false, 2, 3);
+        assert!(i.is_healthy());
+        i.probe(false, 2, 3);
+        assert!(!i.is_healthy());
+        i.probe(true, 2, 3);
+        assert!(!i.is_healthy());
+        i.probe(true, 2, 3);
+        assert!(i.is_healthy());
     }
 
     #[test]

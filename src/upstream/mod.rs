@@ -5,6 +5,7 @@
 mod body;
 mod forward;
 mod headers;
+pub mod health;
 mod instance;
 mod usage;
 

@@ -2,6 +2,12 @@
 //! 127.0.0.1:0 port. Upstreams record what reached them and can answer fast,
 //! slowly, by streaming, or not at all.
 #![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code: a failure is a failed test"
+)]
+#![allow(
     dead_code,
     reason = "each test binary uses a different part of the harness"
 )]
