@@ -1,0 +1,339 @@
+//! Running it: active health checks and /ready, reload while traffic flows,
+//! graceful shutdown, routing explained, metrics.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code: a failure is a failed test"
+)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+
+const MODEL: &str = "test-model";
+
+fn with_health(yaml: String) -> String {
+    format!(
+        "{yaml}    health:\n      path: /health\n      interval_ms: 100\n      timeout_ms: 1000\n      healthy_threshold: 1\n      unhealthy_threshold: 2\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_health_checks_eject_and_recover_and_ready_follows() {
+    let a = Upstream::start("a", Mode::Json).await;
+    let b = Upstream::start("b", Mode::Json).await;
+    let gw = Gateway::start(&with_health(config(MODEL, &[&a, &b], "prefix_aware", 10))).await;
+    let ready = || async {
+        client()
+            .get(gw.url("/ready"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(ready().await, 200);
+    let rt = gw.state.runtime.load_full();
+    let ep = rt.endpoint("chat").unwrap().clone();
+
+    a.set_mode(Mode::Status(503));
+    eventually("a marked unhealthy", || !ep.instances[0].is_healthy()).await;
+    // Traffic goes to b only; nothing fails.
+    for p in 0..10 {
+        let r = client()
+            .post(gw.url("/v1/chat/completions"))
+            .body(serde_json::to_vec(&chat_body(MODEL, &system_prompt(p), "q", false)).unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(served_by(&r), "b");
+    }
+    assert_eq!(ready().await, 200, "one healthy instance is enough");
+    b.set_mode(Mode::Status(500));
+    eventually("b marked unhealthy", || !ep.instances[1].is_healthy()).await;
+    assert_eq!(ready().await, 503);
+    a.set_mode(Mode::Json);
+    eventually("a back", || ep.instances[0].is_healthy()).await;
+    assert_eq!(ready().await, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_under_traffic_loses_nothing_and_moves_only_the_new_share() {
+    let ups: Vec<Upstream> = {
+        let mut v = Vec::new();
+        for i in 0..4 {
+            v.push(Upstream::start(&format!("u{i}"), Mode::Delay(Duration::from_millis(20))).await);
+        }
+        v
+    };
+    let three: Vec<&Upstream> = ups[..3].iter().collect();
+    let four: Vec<&Upstream> = ups.iter().collect();
+    let gw = Gateway::start(&config(MODEL, &three, "prefix_aware", 64)).await;
+    let url = gw.url("/v1/chat/completions");
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for w in 0..6 {
+        let (url, stop, failures, done) =
+            (url.clone(), stop.clone(), failures.clone(), done.clone());
+        workers.push(tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let body = serde_json::to_vec(&chat_body(
+                    MODEL,
+                    &system_prompt(w * 1000 + i % 50),
+                    "q",
+                    false,
+                ))
+                .unwrap();
+                match client().post(&url).body(body).send().await {
+                    Ok(r) if r.status() == 200 => {}
+                    _ => {
+                        failures.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+                i += 1;
+            }
+        }));
+    }
+    let place = |gw: &Gateway| {
+        let rt = gw.state.runtime.load_full();
+        let ep = rt.endpoint("chat").unwrap().clone();
+        (0..200u64)
+            .map(|k| {
+                let plan = ep.policy.plan(
+                    k.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    &vec![
+                        kvgate::routing::Load {
+                            in_flight: 0,
+                            available: true
+                        };
+                        ep.instances.len()
+                    ],
+                );
+                ep.instances[plan.order[0]].id.clone()
+            })
+            .collect::<Vec<_>>()
+    };
+    eventually("traffic flowing", || done.load(Ordering::SeqCst) > 30).await;
+    let before = place(&gw);
+    gw.state
+        .reload(kvgate::Config::from_yaml(&config(MODEL, &four, "prefix_aware", 64)).unwrap())
+        .unwrap();
+    let n = done.load(Ordering::SeqCst);
+    eventually("traffic after adding", || {
+        done.load(Ordering::SeqCst) > n + 30
+    })
+    .await;
+    let after = place(&gw);
+    let new_id = ups[3].url();
+    let mut moved = 0;
+    for (b, a) in before.iter().zip(&after) {
+        if b != a {
+            assert_eq!(a, &new_id, "a key moved between old instances");
+            moved += 1;
+        }
+    }
+    assert!(moved > 0 && moved < 120, "moved {moved} of 200");
+    // Remove u0 while its requests are in flight.
+    let rest: Vec<&Upstream> = ups[1..].iter().collect();
+    gw.state
+        .reload(kvgate::Config::from_yaml(&config(MODEL, &rest, "prefix_aware", 64)).unwrap())
+        .unwrap();
+    let n = done.load(Ordering::SeqCst);
+    eventually("traffic after removing", || {
+        done.load(Ordering::SeqCst) > n + 30
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.await.unwrap();
+    }
+    assert_eq!(
+        failures.load(Ordering::SeqCst),
+        0,
+        "requests failed during reloads"
+    );
+    assert!(ups[3].hits() > 0, "the added instance took no traffic");
+    // In-flight counts carried over and drained.
+    let rt = gw.state.runtime.load_full();
+    let ep = rt.endpoint("chat").unwrap().clone();
+    eventually("drained", || {
+        ep.instances.iter().all(|i| i.in_flight() == 0)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_config_file_keeps_the_running_config() {
+    let a = Upstream::start("a", Mode::Json).await;
+    let b = Upstream::start("b", Mode::Json).await;
+    let yaml = config(MODEL, &[&a], "prefix_aware", 10);
+    let gw = Gateway::start(&yaml).await;
+    let dir = std::env::temp_dir().join(format!("kvgate-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kvgate.yaml");
+    std::fs::write(
+        &path,
+        yaml.replace("concurrency_threshold: 10", "concurrency_threshold: 0"),
+    )
+    .unwrap();
+    let err = kvgate::config::reload::reload_from(&path, &gw.state).unwrap_err();
+    assert!(err.contains("concurrency_threshold"), "{err}");
+    assert_eq!(gw.state.runtime.load().endpoints[0].instances.len(), 1);
+    std::fs::write(&path, config(MODEL, &[&a, &b], "prefix_aware", 10)).unwrap();
+    kvgate::config::reload::reload_from(&path, &gw.state).unwrap();
+    assert_eq!(gw.state.runtime.load().endpoints[0].instances.len(), 2);
+    let metrics = client()
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("kvgate_config_reloads_total{result=\"error\"}"),
+        "{metrics}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_in_flight_requests_finish() {
+    let up = Upstream::start("u", Mode::Delay(Duration::from_millis(800))).await;
+    let mut gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
+    let url = gw.url("/v1/chat/completions");
+    let t = tokio::spawn(async move {
+        client()
+            .post(url)
+            .body(serde_json::to_vec(&chat_body(MODEL, "s", "q", false)).unwrap())
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    eventually("request in flight", || up.hits() == 1).await;
+    gw.shutdown();
+    assert_eq!(t.await.unwrap(), 200);
+    let served = tokio::time::timeout(Duration::from_secs(20), &mut gw.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(served.is_ok());
+    assert!(
+        client().get(gw.url("/health")).send().await.is_err(),
+        "still accepting after shutdown"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_route_reports_window_key_and_choice() {
+    let ups = [
+        Upstream::start("a", Mode::Json).await,
+        Upstream::start("b", Mode::Json).await,
+    ];
+    let gw = Gateway::start(&config(MODEL, &[&ups[0], &ups[1]], "prefix_aware", 10)).await;
+    let body = serde_json::to_vec(&chat_body(MODEL, &system_prompt(3), "q", false)).unwrap();
+    let v: serde_json::Value = client()
+        .post(gw.url("/admin/explain/v1/chat/completions"))
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap()
+        .json_value()
+        .await;
+    assert_eq!(v["api"], "chat");
+    assert_eq!(v["window"]["length"], 1024);
+    assert_eq!(v["reason"], "affinity");
+    assert!(
+        v["window"]["starts_with"]
+            .as_str()
+            .unwrap()
+            .starts_with("system")
+    );
+    // The explained choice is where the request really goes.
+    let r = client()
+        .post(gw.url("/v1/chat/completions"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let chosen = v["chosen"].as_str().unwrap();
+    let by_name: HashMap<String, String> = ups
+        .iter()
+        .map(|u| (u.url(), u.state.name.clone()))
+        .collect();
+    assert_eq!(by_name[chosen], served_by(&r));
+    assert_eq!(ups[0].hits() + ups[1].hits(), 1, "explain must not forward");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_decisions_and_cached_tokens() {
+    let up = Upstream::start("u", Mode::Json).await;
+    let yaml = config(MODEL, &[&up], "prefix_aware", 10).replace("name: chat", "name: metricsep");
+    let gw = Gateway::start(&yaml).await;
+    for _ in 0..3 {
+        client()
+            .post(gw.url("/v1/chat/completions"))
+            .body(serde_json::to_vec(&chat_body(MODEL, "s", "q", false)).unwrap())
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+    }
+    let text = client()
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = |prefix: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    assert!(
+        line("kvgate_requests_total{endpoint=\"metricsep\",api=\"chat\",status=\"2xx\"}")
+            .ends_with(" 3"),
+        "{text}"
+    );
+    assert!(
+        line("kvgate_routing_decisions_total{endpoint=\"metricsep\"").ends_with(" 3"),
+        "{text}"
+    );
+    // The test upstream reports 8 cached of 10 prompt tokens per request.
+    assert!(
+        line("kvgate_upstream_cached_tokens_total{endpoint=\"metricsep\"").ends_with(" 24"),
+        "{text}"
+    );
+    assert!(
+        line("kvgate_upstream_prompt_tokens_total{endpoint=\"metricsep\"").ends_with(" 30"),
+        "{text}"
+    );
+    assert!(text.contains("kvgate_routing_decision_seconds_bucket"));
+}
+
+trait JsonValue {
+    async fn json_value(self) -> serde_json::Value;
+}
+
+impl JsonValue for reqwest::Response {
+    async fn json_value(self) -> serde_json::Value {
+        serde_json::from_slice(&self.bytes().await.unwrap()).unwrap()
+    }
+}
