@@ -308,3 +308,28 @@ async fn conflicting_framing_headers_are_refused() {
     assert!(text.starts_with("HTTP/1.1 400"), "{text}");
     assert_eq!(up.hits(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_silences_on_a_stream_get_keepalive_comments_between_events() {
+    let up = Upstream::start(
+        "u0",
+        Mode::Stream {
+            chunks: sse_chunks(),
+            gap: Duration::from_millis(700),
+        },
+    )
+    .await;
+    let yaml = config(MODEL, &[&up], "prefix_aware", 10)
+        .replace("server:\n", "server:\n  sse_keepalive_ms: 100\n");
+    let gw = Gateway::start(&yaml).await;
+    let resp = client()
+        .post(gw.url("/v1/chat/completions"))
+        .body(serde_json::to_vec(&chat_body(MODEL, "sys", "hi", true)).unwrap())
+        .send()
+        .await
+        .unwrap();
+    let text = String::from_utf8(resp.bytes().await.unwrap().to_vec()).unwrap();
+    assert!(text.contains(": ping\n\n"), "no keep-alive in {text:?}");
+    // Without the comments, exactly the upstream's bytes: no event was split.
+    assert_eq!(text.replace(": ping\n\n", ""), sse_chunks().concat());
+}

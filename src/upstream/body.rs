@@ -27,6 +27,7 @@ pin_project_lite::pin_project! {
         #[pin]
         idle: Sleep,
         idle_timeout: Duration,
+        keepalive: Option<KeepAlive>,
         scanner: UsageScanner,
         guard: Option<InflightGuard>,
         on_done: Option<OnDone>,
@@ -43,12 +44,53 @@ pin_project_lite::pin_project! {
     }
 }
 
+/// SSE keep-alive: a comment line sent after `every` of silence, only between
+/// events (after a blank line), so no event is ever split.
+pub struct KeepAlive {
+    every: Duration,
+    timer: Pin<Box<Sleep>>,
+    /// The last bytes sent, to know whether we stand between two events.
+    last: [u8; 4],
+}
+
+impl KeepAlive {
+    pub fn new(every: Duration) -> Self {
+        // Before the first byte we are between events too.
+        Self {
+            every,
+            timer: Box::pin(tokio::time::sleep(every)),
+            last: *b"\n\n\n\n",
+        }
+    }
+
+    fn saw(&mut self, chunk: &[u8]) {
+        for &b in chunk.iter().rev().take(4).rev() {
+            self.last.rotate_left(1);
+            self.last[3] = b;
+        }
+        self.timer.as_mut().reset(Instant::now() + self.every);
+    }
+
+    fn between_events(&self) -> bool {
+        self.last[2..] == *b"\n\n" || self.last == *b"\r\n\r\n"
+    }
+}
+
+pub const PING: &[u8] = b": ping\n\n";
+
 impl<S> UpstreamBody<S> {
-    pub fn new(inner: S, guard: InflightGuard, idle_timeout: Duration, on_done: OnDone) -> Self {
+    pub fn new(
+        inner: S,
+        guard: InflightGuard,
+        idle_timeout: Duration,
+        keepalive: Option<KeepAlive>,
+        on_done: OnDone,
+    ) -> Self {
         Self {
             inner,
             idle: tokio::time::sleep(idle_timeout),
             idle_timeout,
+            keepalive,
             scanner: UsageScanner::default(),
             guard: Some(guard),
             on_done: Some(on_done),
@@ -90,13 +132,25 @@ where
                 this.guard.take();
                 Poll::Ready(None)
             }
-            Poll::Pending => match this.idle.poll(cx) {
-                Poll::Ready(()) => {
+            Poll::Pending => {
+                if this.idle.poll(cx).is_ready() {
                     this.guard.take();
-                    Poll::Ready(Some(Err(Box::new(IdleTimeout(*this.idle_timeout)))))
+                    return Poll::Ready(Some(Err(Box::new(IdleTimeout(*this.idle_timeout)))));
                 }
-                Poll::Pending => Poll::Pending,
-            },
+                if let Some(k) = this.keepalive.as_mut()
+                    && k.timer.as_mut().poll(cx).is_ready()
+                {
+                    let ping = k.between_events();
+                    let every = k.every;
+                    k.timer.as_mut().reset(Instant::now() + every);
+                    // Register the new deadline with the waker.
+                    let _ = k.timer.as_mut().poll(cx);
+                    if ping {
+                        return Poll::Ready(Some(Ok(Bytes::from_static(PING))));
+                    }
+                }
+                Poll::Pending
+            }
         }
     }
 }

@@ -8,13 +8,13 @@
 //! forwarded the answer is the client's, errors and all.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
-use super::body::UpstreamBody;
+use super::body::{KeepAlive, UpstreamBody};
 use super::headers;
 use super::instance::Instance;
 use crate::error::{ApiError, ErrorKind};
@@ -127,7 +127,7 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
             continue;
         }
         telemetry::first_byte(ep.name(), &instance.id, sent.elapsed());
-        let resp = client_response(response, guard, server.timeouts.idle, f.input.stream);
+        let resp = client_response(response, guard, server, f.input.stream);
         let outcome = Outcome {
             instance: Arc::clone(instance),
             reason,
@@ -148,7 +148,7 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
 fn client_response(
     upstream: reqwest::Response,
     guard: super::InflightGuard,
-    idle: Duration,
+    server: &crate::config::ServerConfig,
     stream_requested: bool,
 ) -> Response {
     let status = upstream.status();
@@ -174,7 +174,14 @@ fn client_response(
             );
         }
     });
-    let body = UpstreamBody::new(upstream.bytes_stream(), guard, idle, on_done);
+    let keepalive = server.sse_keepalive.filter(|_| is_sse).map(KeepAlive::new);
+    let body = UpstreamBody::new(
+        upstream.bytes_stream(),
+        guard,
+        server.timeouts.idle,
+        keepalive,
+        on_done,
+    );
     let mut resp = Response::new(Body::from_stream(body));
     *resp.status_mut() = status;
     *resp.headers_mut() = hdrs;
