@@ -30,6 +30,17 @@ enum Command {
         #[arg(long)]
         listen: Option<std::net::SocketAddr>,
     },
+    /// Run the gateway in front of a simulated fleet: no config, no GPUs.
+    Demo {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// Simulated instances.
+        #[arg(long, default_value_t = 4)]
+        instances: usize,
+        /// Simulated time per real time: 1.0 real time, 0.1 ten times faster.
+        #[arg(long, default_value_t = 1.0)]
+        time_scale: f64,
+    },
     /// Validate a config file; exit non-zero naming the bad field.
     Check {
         #[arg(long, short)]
@@ -94,6 +105,27 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Demo {
+            listen,
+            instances,
+            time_scale,
+        } => run(async move {
+            let opts = kvgate::demo::DemoOptions {
+                instances,
+                time_scale,
+            };
+            let demo = kvgate::demo::start_fleet(&opts, listen).await?;
+            let listener = tokio::net::TcpListener::bind(listen).await?;
+            let addr = listener.local_addr()?;
+            println!("{}", kvgate::demo::banner(&demo, addr));
+            kvgate::serve(
+                listener,
+                std::sync::Arc::clone(&demo.state),
+                shutdown_signal(),
+            )
+            .await?;
+            Ok(())
+        }),
         Command::Serve { config, listen } => run(async move {
             let mut cfg = Config::load(&config)?;
             if let Some(l) = listen {

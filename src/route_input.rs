@@ -24,8 +24,14 @@ pub struct RouteInput {
     pub stream: bool,
     pub partition: String,
     pub key: u64,
-    /// The client's original bytes, forwarded untouched.
+    /// The bytes to forward: the client's, untouched, except that the
+    /// admission layer may set the upstream `cache_salt` (see `tenancy::salt`).
     pub body: Bytes,
+    /// The body has a top-level `cache_salt` of its own (to be replaced).
+    pub has_cache_salt: bool,
+    /// Set by the admission layer; held by the response body until it ends,
+    /// which frees the tenant's concurrency slot and settles its tokens.
+    pub admission: Option<Arc<crate::tenancy::Admission>>,
 }
 
 /// A [`RouteInput`] plus the window it was keyed on (for `explain`).
@@ -174,6 +180,7 @@ pub fn analyse(
     // The header is the operator's partition; it wins over the body's key.
     let partition = partition_header.or(partition_body).unwrap_or_default();
     let key = kvgate_prefix::routing_key(tenant, &partition, &window);
+    let has_cache_salt = value.get("cache_salt").is_some();
     Ok(Analysis {
         input: RouteInput {
             api,
@@ -183,6 +190,8 @@ pub fn analyse(
             partition,
             key,
             body,
+            has_cache_salt,
+            admission: None,
         },
         window,
     })

@@ -35,6 +35,8 @@ pub struct Runtime {
     by_model: HashMap<String, Arc<Endpoint>>,
     by_name: HashMap<String, Arc<Endpoint>>,
     pub client: reqwest::Client,
+    /// Authentication, tenant limits and salts; counters carried across reloads.
+    pub tenancy: Arc<crate::tenancy::Tenancy>,
 }
 
 impl Runtime {
@@ -85,12 +87,15 @@ impl Runtime {
             by_name.insert(ec.name.clone(), Arc::clone(&ep));
             endpoints.push(ep);
         }
+        let tenancy =
+            crate::tenancy::Tenancy::build(&config.tenancy, previous.map(|p| &*p.tenancy));
         Ok(Self {
             config: Arc::new(config),
             endpoints,
             by_model,
             by_name,
             client,
+            tenancy: Arc::new(tenancy),
         })
     }
 

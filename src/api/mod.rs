@@ -8,44 +8,96 @@ use std::sync::Arc;
 use axum::Router;
 use axum::http::HeaderName;
 use axum::middleware::{from_fn, from_fn_with_state};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::error::{ApiError, ErrorKind};
-use crate::middleware::{auth, canonicalise};
+use crate::middleware::{admit, auth, canonicalise};
 use crate::state::AppState;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
+/// Who may call a route, and what runs before its handler.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Authenticated; the body is parsed and keyed before the handler runs.
+    Inference,
+    /// Authenticated.
+    Authenticated,
+    /// The open allow-list: probes and scrapers.
+    Open,
+}
+
+type State = Arc<AppState>;
+
+/// The route table: every served path is here and nowhere else.
+fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
+    use Access::*;
+    vec![
+        (
+            "post",
+            "/v1/chat/completions",
+            Inference,
+            post(proxy::handle),
+        ),
+        ("post", "/v1/completions", Inference, post(proxy::handle)),
+        (
+            "post",
+            "/endpoints/{endpoint}/invocations",
+            Inference,
+            post(proxy::handle),
+        ),
+        (
+            "post",
+            "/endpoints/{endpoint}/invocations-response-stream",
+            Inference,
+            post(proxy::handle),
+        ),
+        ("get", "/v1/models", Authenticated, get(admin::models)),
+        (
+            "post",
+            "/admin/explain/{*path}",
+            Authenticated,
+            post(admin::explain),
+        ),
+        ("get", "/health", Open, get(admin::health)),
+        ("get", "/ready", Open, get(admin::ready)),
+        ("get", "/metrics", Open, get(admin::metrics)),
+    ]
+}
+
+/// Every served (method, path template), for the OpenAPI document's test.
+pub fn routes() -> Vec<(&'static str, &'static str)> {
+    table().into_iter().map(|(m, p, _, _)| (m, p)).collect()
+}
+
+fn group(access: Access) -> Router<State> {
+    table()
+        .into_iter()
+        .filter(|(_, _, a, _)| *a == access)
+        .fold(Router::new(), |r, (_, path, _, route)| r.route(path, route))
+}
+
 /// The whole HTTP surface of the gateway.
 pub fn router(state: Arc<AppState>) -> Router {
-    // Inference routes: the body is parsed and keyed before the handler runs.
-    let inference = Router::new()
-        .route("/v1/chat/completions", post(proxy::handle))
-        .route("/v1/completions", post(proxy::handle))
-        .route("/endpoints/{endpoint}/invocations", post(proxy::handle))
-        .route(
-            "/endpoints/{endpoint}/invocations-response-stream",
-            post(proxy::handle),
-        )
+    let inference = group(Access::Inference)
+        // Tenant limits, model allow-list and cache salt; needs the parsed body,
+        // so it sits inside canonicalise (a later route_layer runs first).
+        .route_layer(from_fn(admit::admit))
         .route_layer(from_fn_with_state(
             Arc::clone(&state),
             canonicalise::canonicalise,
         ));
 
     // Everything here is authenticated; the open allow-list is merged below.
-    let authenticated = Router::new()
+    let authenticated = group(Access::Authenticated)
         .merge(inference)
-        .route("/v1/models", get(admin::models))
-        .route("/admin/explain/{*path}", post(admin::explain))
-        .route_layer(from_fn(auth::authenticate));
+        // 401 before anything reads the body.
+        .route_layer(from_fn_with_state(Arc::clone(&state), auth::authenticate));
 
-    let open = Router::new()
-        .route("/health", get(admin::health))
-        .route("/ready", get(admin::ready))
-        .route("/metrics", get(admin::metrics));
+    let open = group(Access::Open);
 
     Router::new()
         .merge(authenticated)

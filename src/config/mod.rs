@@ -3,6 +3,7 @@
 
 mod raw;
 pub mod reload;
+pub mod tenancy;
 mod validate;
 
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use crate::routing::Strategy;
 
+pub use tenancy::{AuthConfig, Limits, Secret, TenancyConfig, TenantsConfig};
 pub use validate::ConfigError;
 
 /// A validated configuration. Every value has been range-checked; every
@@ -19,6 +21,8 @@ pub use validate::ConfigError;
 pub struct Config {
     pub server: ServerConfig,
     pub endpoints: Vec<EndpointConfig>,
+    /// `auth`, `tenants` and `isolation`.
+    pub tenancy: TenancyConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -42,6 +46,8 @@ pub struct Timeouts {
     pub first_byte: Duration,
     /// Longest silence allowed between two chunks of a response body.
     pub idle: Duration,
+    /// Longest a client may take to send a request's headers (slowloris).
+    pub header_read: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -52,6 +58,9 @@ pub struct EndpointConfig {
     pub routing: RoutingConfig,
     /// Active health checks; `None` means passive ejection only.
     pub health: Option<HealthConfig>,
+    /// `Authorization` sent upstream (from `upstream_api_key`), in place of
+    /// the client's, which never leaves the gateway.
+    pub upstream_authorization: Option<axum::http::HeaderValue>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

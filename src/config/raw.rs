@@ -11,6 +11,12 @@ pub struct RawConfig {
     #[serde(default)]
     pub server: RawServer,
     pub endpoints: Vec<RawEndpoint>,
+    #[serde(default)]
+    pub auth: super::tenancy::RawAuth,
+    #[serde(default)]
+    pub tenants: super::tenancy::RawTenants,
+    #[serde(default)]
+    pub isolation: super::tenancy::RawIsolation,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -30,6 +36,7 @@ pub struct RawTimeouts {
     pub connect_ms: Option<u64>,
     pub first_byte_ms: Option<u64>,
     pub idle_ms: Option<u64>,
+    pub header_read_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -42,6 +49,8 @@ pub struct RawEndpoint {
     #[serde(default)]
     pub routing: RawRouting,
     pub health: Option<RawHealth>,
+    /// Sent upstream as `Authorization: Bearer …` (e.g. vLLM's `--api-key`).
+    pub upstream_api_key: Option<super::tenancy::Secret>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -62,7 +62,12 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         }
         endpoints.push(ep);
     }
-    Ok(Config { server, endpoints })
+    let tenancy = super::tenancy::validate(raw.auth, raw.tenants, raw.isolation, &endpoints)?;
+    Ok(Config {
+        server,
+        endpoints,
+        tenancy,
+    })
 }
 
 fn server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
@@ -88,6 +93,7 @@ fn server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
             connect: ms("server.timeouts.connect_ms", t.connect_ms, 2_000)?,
             first_byte: ms("server.timeouts.first_byte_ms", t.first_byte_ms, 300_000)?,
             idle: ms("server.timeouts.idle_ms", t.idle_ms, 120_000)?,
+            header_read: ms("server.timeouts.header_read_ms", t.header_read_ms, 10_000)?,
         },
         failover_cooldown: ms(
             "server.failover_cooldown_ms",
@@ -165,6 +171,10 @@ fn endpoint(i: usize, raw: RawEndpoint) -> Result<EndpointConfig, ConfigError> {
         instances,
         routing: routing(&at("routing"), raw.routing)?,
         health,
+        upstream_authorization: super::tenancy::upstream_authorization(
+            &at("upstream_api_key"),
+            raw.upstream_api_key,
+        )?,
     })
 }
 

@@ -1,7 +1,28 @@
-//! Tenants: who is calling. Authentication produces a [`Tenant`]; its id salts
-//! every routing key so tenants never share placement.
+//! Tenants: who is calling, what they may use, and how they are kept apart.
+//!
+//! Authentication ([`jwt`], [`api_key`]) produces a [`Tenant`]; its id salts
+//! every routing key (so tenants never share placement) and, with
+//! `isolation.upstream_cache_salt`, the upstream's `cache_salt` ([`salt`]).
+//! [`quota`] admits or refuses each request against the tenant's limits.
+//! Everything here is built from config into one [`Tenancy`] that lives in the
+//! [`crate::Runtime`], so a reload swaps keys, limits and salts together.
+
+pub mod api_key;
+mod bucket;
+pub mod jwt;
+pub mod quota;
+pub mod salt;
 
 use std::sync::Arc;
+
+use axum::http::{HeaderMap, HeaderValue, header};
+use kvgate_prefix::Api;
+
+use crate::config::{AuthConfig, TenancyConfig};
+use crate::error::{ApiError, ErrorKind};
+use crate::route_input::RouteInput;
+
+pub use quota::{Admission, Registry};
 
 /// The authenticated caller. With authentication off, everyone is [`Tenant::anonymous`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,5 +35,175 @@ impl Tenant {
         Self {
             id: Arc::from("anonymous"),
         }
+    }
+}
+
+/// Longest tenant id accepted from a token or from config.
+pub const MAX_TENANT_ID_LEN: usize = 128;
+
+/// 1–128 visible ASCII characters. Ids end up in logs, metric labels and
+/// hash inputs; a narrow alphabet keeps all three unambiguous.
+pub fn is_valid_tenant_id(id: &str) -> bool {
+    (1..=MAX_TENANT_ID_LEN).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Longest bearer credential looked at; anything longer is refused unread.
+const MAX_CREDENTIAL_LEN: usize = 16 * 1024;
+
+/// Everything tenancy needs at request time, derived from one config.
+#[derive(Debug)]
+pub struct Tenancy {
+    config: TenancyConfig,
+    registry: Registry,
+}
+
+impl Tenancy {
+    /// Build from config, carrying per-tenant counters over from `previous`
+    /// so a reload neither forgets requests in flight nor refills quotas.
+    pub fn build(config: &TenancyConfig, previous: Option<&Tenancy>) -> Self {
+        Self {
+            registry: Registry::build(config, previous.map(|p| &p.registry)),
+            config: config.clone(),
+        }
+    }
+
+    /// Who is calling, from `Authorization: Bearer …`; 401 if it doesn't say.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Tenant, ApiError> {
+        if matches!(self.config.auth, AuthConfig::None) {
+            return Ok(Tenant::anonymous());
+        }
+        let token = bearer(headers)?;
+        let id = match &self.config.auth {
+            AuthConfig::None => return Ok(Tenant::anonymous()),
+            AuthConfig::ApiKeys(keys) => keys
+                .lookup(token)
+                .ok_or_else(|| invalid_credentials("the API key is not valid"))?,
+            AuthConfig::Jwt(jwt) => jwt.verify(token).map_err(|m| invalid_credentials(&m))?,
+        };
+        Ok(Tenant { id })
+    }
+
+    /// Apply the tenant's model allow-list (403) and quotas (429); on success
+    /// salt the body for the upstream cache and attach the admission ticket
+    /// that the response body releases. Returns the `x-ratelimit-*` headers.
+    pub fn admit(
+        &self,
+        tenant: &Tenant,
+        input: &mut RouteInput,
+    ) -> Result<quota::RateHeaders, ApiError> {
+        let state = self.registry.get(&tenant.id, &self.config);
+        if let Some(allowed) = &state.limits.models {
+            let ok = match (&input.api, &input.model) {
+                (Api::Chat | Api::Completions, Some(m)) => allowed.contains(m),
+                // A native call reaches every model of its endpoint: allow it
+                // only where all of them are allowed.
+                _ => {
+                    let models = &input.endpoint.config.models;
+                    !models.is_empty() && models.iter().all(|m| allowed.contains(m))
+                }
+            };
+            if !ok {
+                return Err(ApiError::new(
+                    ErrorKind::Forbidden,
+                    "this tenant may not use the requested model",
+                )
+                .with_param("model"));
+            }
+        }
+        let salted = match (&state.salt, input.api) {
+            (Some(s), Api::Chat | Api::Completions) => {
+                Some(salt::apply(&input.body, s, input.has_cache_salt)?)
+            }
+            _ => None,
+        };
+        let (admission, headers) = state.admit(quota::estimate_tokens(&input.body))?;
+        if let Some(body) = salted {
+            input.body = body;
+        }
+        input.admission = Some(Arc::new(admission));
+        Ok(headers)
+    }
+}
+
+/// The token of a single `Authorization: Bearer …` header.
+fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let mut all = headers.get_all(header::AUTHORIZATION).iter();
+    let (Some(value), None) = (all.next(), all.next()) else {
+        return Err(if headers.contains_key(header::AUTHORIZATION) {
+            invalid_credentials("send exactly one Authorization header")
+        } else {
+            missing_credentials()
+        });
+    };
+    if value.len() > MAX_CREDENTIAL_LEN {
+        return Err(invalid_credentials("the credential is too long"));
+    }
+    let text = value
+        .to_str()
+        .map_err(|_| invalid_credentials("the Authorization header is not ASCII"))?;
+    let (scheme, token) = text.split_once(' ').unwrap_or((text, ""));
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() || token.contains(' ') {
+        return Err(invalid_credentials(
+            "use the Authorization: Bearer <token> scheme",
+        ));
+    }
+    Ok(token)
+}
+
+fn missing_credentials() -> ApiError {
+    ApiError::new(
+        ErrorKind::Unauthorized,
+        "no credentials: send Authorization: Bearer <token>",
+    )
+    .with_header(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(r#"Bearer realm="kvgate""#),
+    )
+}
+
+/// RFC 6750 §3: `error="invalid_token"` tells clients not to retry as is.
+fn invalid_credentials(why: &str) -> ApiError {
+    ApiError::new(
+        ErrorKind::Unauthorized,
+        format!("invalid credentials: {why}"),
+    )
+    .with_header(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(r#"Bearer realm="kvgate", error="invalid_token""#),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_ids() {
+        assert!(is_valid_tenant_id("acme"));
+        assert!(is_valid_tenant_id("org_1/team:a@b.c"));
+        assert!(!is_valid_tenant_id(""));
+        assert!(!is_valid_tenant_id("a b"));
+        assert!(!is_valid_tenant_id("é"));
+        assert!(!is_valid_tenant_id(&"a".repeat(129)));
+    }
+
+    fn h(v: &str) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        m.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+        m
+    }
+
+    #[test]
+    fn bearer_parsing() {
+        assert_eq!(bearer(&h("Bearer abc")).unwrap(), "abc");
+        assert_eq!(bearer(&h("bearer  abc ")).unwrap(), "abc");
+        assert!(bearer(&h("Basic abc")).is_err());
+        assert!(bearer(&h("Bearer")).is_err());
+        assert!(bearer(&h("Bearer a b")).is_err());
+        assert!(bearer(&HeaderMap::new()).is_err());
+        let mut two = h("Bearer a");
+        two.append(header::AUTHORIZATION, HeaderValue::from_static("Bearer b"));
+        assert!(bearer(&two).is_err());
     }
 }

@@ -117,6 +117,9 @@ where
                 this.idle
                     .as_mut()
                     .reset(Instant::now() + *this.idle_timeout);
+                if let Some(k) = this.keepalive.as_mut() {
+                    k.saw(&chunk);
+                }
                 Poll::Ready(Some(Ok(chunk)))
             }
             Poll::Ready(Some(Err(e))) => {

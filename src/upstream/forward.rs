@@ -49,7 +49,11 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
     let plan = ep.policy.plan(f.input.key, &loads);
     let routing_took = started.elapsed();
 
-    let upstream_headers = headers::upstream_request(f.headers);
+    let mut upstream_headers = headers::upstream_request(f.headers);
+    // The endpoint's own credential; the client's was dropped just above.
+    if let Some(auth) = &ep.config.upstream_authorization {
+        upstream_headers.insert(header::AUTHORIZATION, auth.clone());
+    }
     let mut last_error = String::from("no instance configured");
     let mut last_kind = ErrorKind::Unavailable;
     let count = plan.order.len();
@@ -127,7 +131,8 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
             continue;
         }
         telemetry::first_byte(ep.name(), &instance.id, sent.elapsed());
-        let resp = client_response(response, guard, server, f.input.stream);
+        let admission = f.input.admission.clone();
+        let resp = client_response(response, guard, server, f.input.stream, admission);
         let outcome = Outcome {
             instance: Arc::clone(instance),
             reason,
@@ -150,6 +155,7 @@ fn client_response(
     guard: super::InflightGuard,
     server: &crate::config::ServerConfig,
     stream_requested: bool,
+    admission: Option<Arc<crate::tenancy::Admission>>,
 ) -> Response {
     let status = upstream.status();
     let mut hdrs = headers::client_response(upstream.headers());
@@ -164,7 +170,12 @@ fn client_response(
             .or_insert(HeaderValue::from_static("no-cache"));
     }
     let instance = Arc::clone(guard.instance());
+    // The tenant's admission (concurrency slot, token charge) lives exactly
+    // as long as this closure: until the body ends or the client leaves.
     let on_done = Box::new(move |usage: Option<super::usage::Usage>| {
+        if let Some(a) = admission {
+            a.settle(usage.map(|u| u.prompt_tokens));
+        }
         if let Some(u) = usage {
             telemetry::usage(
                 &instance.endpoint,

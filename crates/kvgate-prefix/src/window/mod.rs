@@ -1,0 +1,13 @@
+//! The prompt-prefix *window* of each API: the part of a body that decides where
+//! it is routed. Equal prompts must give equal windows whatever else differs.
+
+mod budget;
+mod chat;
+mod completions;
+mod native;
+mod shape_error;
+
+pub use chat::chat_window;
+pub use completions::completions_window;
+pub use native::{DEFAULT_PROMPT_MEMBERS, default_prompt_members, native_window};
+pub use shape_error::ShapeError;

@@ -1,0 +1,82 @@
+//! Serving an instance on a socket: `spawn` binds, serves in a task and returns a
+//! handle that shuts the listener down when dropped.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::config::SimConfig;
+use crate::server::SimServer;
+
+/// A running instance. Dropping it stops accepting connections; requests in flight
+/// finish. [`SimHandle::shutdown`] also waits for them.
+pub struct SimHandle {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its state, for [`SimServer::stats`].
+    pub server: Arc<SimServer>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl SimHandle {
+    /// `http://{addr}`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stop accepting, wait for open connections to finish.
+    pub async fn shutdown(mut self) -> io::Result<()> {
+        self.stop.take().map(|stop| stop.send(()));
+        match self.task.take() {
+            Some(task) => task.await.map_err(io::Error::other)?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        self.stop.take().map(|stop| stop.send(()));
+    }
+}
+
+/// Bind `addr` (use `127.0.0.1:0` for an ephemeral port), serve `cfg`'s instance in a
+/// tokio task and return its handle.
+pub async fn spawn(cfg: SimConfig, addr: SocketAddr) -> io::Result<SimHandle> {
+    let listener = TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let server = SimServer::new(cfg);
+    let app = server.router();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    Ok(SimHandle {
+        addr,
+        server,
+        stop: Some(stop),
+        task: Some(task),
+    })
+}
+
+/// `n` instances of `cfg` named `{cfg.name}-0` … on ephemeral loopback ports.
+pub async fn spawn_fleet(cfg: &SimConfig, n: usize) -> io::Result<Vec<SimHandle>> {
+    let mut fleet = Vec::with_capacity(n);
+    for i in 0..n {
+        let cfg = SimConfig {
+            name: format!("{}-{i}", cfg.name),
+            ..cfg.clone()
+        };
+        fleet.push(spawn(cfg, SocketAddr::from(([127, 0, 0, 1], 0))).await?);
+    }
+    Ok(fleet)
+}

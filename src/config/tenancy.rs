@@ -1,0 +1,301 @@
+//! The `auth`, `tenants` and `isolation` sections, and `endpoints[].upstream_api_key`:
+//! raw serde structs and their validation into [`TenancyConfig`].
+//!
+//! ```yaml
+//! auth:
+//!   mode: jwt                  # none (default) | api_key | jwt
+//!   jwt: { algorithms: [RS256], jwks_file: /etc/kvgate/jwks.json,
+//!          issuer: https://auth.example.com, audience: kvgate, tenant_claim: tenant }
+//!   api_keys: [{ tenant: acme, sha256: <64 hex digits> }]
+//! tenants:
+//!   default:   { max_concurrency: 64, requests_per_minute: 600, tokens_per_minute: 200000 }
+//!   overrides: { acme: { max_concurrency: 2, models: [meta-llama/Llama-3.1-8B-Instruct] } }
+//! isolation: { upstream_cache_salt: true, salt_secret: <random, 16+ bytes> }
+//! ```
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::num::{NonZeroU32, NonZeroU64};
+use std::sync::Arc;
+
+use axum::http::HeaderValue;
+use serde::Deserialize;
+
+use super::EndpointConfig;
+use super::validate::ConfigError;
+use crate::tenancy::api_key::ApiKeys;
+use crate::tenancy::is_valid_tenant_id;
+use crate::tenancy::jwt::JwtVerifier;
+
+/// A configured secret, kept out of `Debug` output and so out of logs.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    pub mode: Option<String>,
+    pub jwt: Option<RawJwt>,
+    #[serde(default)]
+    pub api_keys: Vec<RawApiKey>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJwt {
+    #[serde(default)]
+    pub algorithms: Vec<String>,
+    pub secret: Option<Secret>,
+    pub public_key_pem: Option<String>,
+    pub public_key_file: Option<String>,
+    pub jwks_file: Option<String>,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    pub tenant_claim: Option<String>,
+    /// Clock skew allowed on `exp` and `nbf`; default 30, at most 300.
+    pub leeway_seconds: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawApiKey {
+    pub tenant: String,
+    /// `printf %s "$KEY" | sha256sum`: 64 hex digits.
+    pub sha256: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTenants {
+    pub default: Option<RawLimits>,
+    #[serde(default)]
+    pub overrides: BTreeMap<String, RawLimits>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub max_concurrency: Option<u64>,
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    pub models: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIsolation {
+    /// Default: on whenever `auth.mode` is not `none`.
+    pub upstream_cache_salt: Option<bool>,
+    pub salt_secret: Option<Secret>,
+}
+
+/// Validated tenancy settings.
+#[derive(Debug, Clone)]
+pub struct TenancyConfig {
+    pub auth: AuthConfig,
+    pub tenants: TenantsConfig,
+    /// Key of the upstream cache salt; `Some` means salting is on.
+    pub salt_secret: Option<Secret>,
+}
+
+impl Default for TenancyConfig {
+    fn default() -> Self {
+        Self {
+            auth: AuthConfig::None,
+            tenants: TenantsConfig::default(),
+            salt_secret: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum AuthConfig {
+    /// Everyone is the anonymous tenant.
+    None,
+    ApiKeys(Arc<ApiKeys>),
+    Jwt(Arc<JwtVerifier>),
+}
+
+/// One tenant's limits; `None` is unlimited (or, for `models`, all models).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub max_concurrency: Option<u32>,
+    pub requests_per_minute: Option<NonZeroU32>,
+    pub tokens_per_minute: Option<NonZeroU64>,
+    pub models: Option<Arc<HashSet<String>>>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct TenantsConfig {
+    pub default: Limits,
+    /// Each override already has the default's values where it sets none.
+    pub overrides: HashMap<String, Limits>,
+}
+
+impl TenantsConfig {
+    pub fn limits(&self, tenant: &str) -> &Limits {
+        self.overrides.get(tenant).unwrap_or(&self.default)
+    }
+}
+
+pub(super) fn validate(
+    auth: RawAuth,
+    tenants: RawTenants,
+    isolation: RawIsolation,
+    endpoints: &[EndpointConfig],
+) -> Result<TenancyConfig, ConfigError> {
+    let mode = auth.mode.as_deref().unwrap_or("none");
+    let auth = match mode {
+        "none" => {
+            if auth.jwt.is_some() || !auth.api_keys.is_empty() {
+                return Err(ConfigError::new(
+                    "auth.mode",
+                    "is none, but keys are configured: set mode to jwt or api_key, or remove them",
+                ));
+            }
+            AuthConfig::None
+        }
+        "api_key" => AuthConfig::ApiKeys(Arc::new(ApiKeys::from_raw(
+            &auth.api_keys,
+            "auth.api_keys",
+        )?)),
+        "jwt" => {
+            let raw = auth
+                .jwt
+                .ok_or_else(|| ConfigError::new("auth.jwt", "required when mode is jwt"))?;
+            AuthConfig::Jwt(Arc::new(JwtVerifier::from_raw(&raw, "auth.jwt")?))
+        }
+        other => {
+            return Err(ConfigError::new(
+                "auth.mode",
+                format!("{other:?} is not one of none, api_key, jwt"),
+            ));
+        }
+    };
+    let served: HashSet<&str> = endpoints
+        .iter()
+        .flat_map(|e| e.models.iter().map(String::as_str))
+        .collect();
+    let default_raw = tenants.default.unwrap_or_default();
+    let default = limits("tenants.default", &default_raw, &served)?;
+    let mut overrides = HashMap::with_capacity(tenants.overrides.len());
+    for (id, raw) in tenants.overrides {
+        let at = format!("tenants.overrides.{id}");
+        if !is_valid_tenant_id(&id) {
+            return Err(ConfigError::new(
+                at,
+                "tenant ids are 1-128 visible ASCII characters",
+            ));
+        }
+        // Unset fields inherit the default.
+        let merged = RawLimits {
+            max_concurrency: raw.max_concurrency.or(default_raw.max_concurrency),
+            requests_per_minute: raw.requests_per_minute.or(default_raw.requests_per_minute),
+            tokens_per_minute: raw.tokens_per_minute.or(default_raw.tokens_per_minute),
+            models: raw.models.or_else(|| default_raw.models.clone()),
+        };
+        overrides.insert(id, limits(&at, &merged, &served)?);
+    }
+    let salt_on = isolation
+        .upstream_cache_salt
+        .unwrap_or(!matches!(auth, AuthConfig::None));
+    let salt_secret = match (salt_on, isolation.salt_secret) {
+        (false, _) => None,
+        (true, None) => {
+            return Err(ConfigError::new(
+                "isolation.salt_secret",
+                "required while upstream_cache_salt is on (the default with auth): set a random secret of 16+ bytes, or upstream_cache_salt: false",
+            ));
+        }
+        (true, Some(s)) if s.expose().len() < 16 => {
+            return Err(ConfigError::new(
+                "isolation.salt_secret",
+                "must be at least 16 bytes",
+            ));
+        }
+        (true, Some(s)) => Some(s),
+    };
+    Ok(TenancyConfig {
+        auth,
+        tenants: TenantsConfig { default, overrides },
+        salt_secret,
+    })
+}
+
+fn limits(at: &str, raw: &RawLimits, served: &HashSet<&str>) -> Result<Limits, ConfigError> {
+    let positive = |name: &str, v: Option<u64>, max: u64| -> Result<Option<u64>, ConfigError> {
+        match v {
+            Some(n) if n == 0 || n > max => Err(ConfigError::new(
+                format!("{at}.{name}"),
+                format!("{n} is outside 1..={max} (leave it out for no limit)"),
+            )),
+            v => Ok(v),
+        }
+    };
+    let conc = positive("max_concurrency", raw.max_concurrency, 1_000_000)?;
+    let rpm = positive(
+        "requests_per_minute",
+        raw.requests_per_minute,
+        u64::from(u32::MAX),
+    )?;
+    let tpm = positive(
+        "tokens_per_minute",
+        raw.tokens_per_minute,
+        1_000_000_000_000,
+    )?;
+    let models = match &raw.models {
+        None => None,
+        Some(m) if m.is_empty() => {
+            return Err(ConfigError::new(
+                format!("{at}.models"),
+                "an empty list allows nothing; leave it out to allow all",
+            ));
+        }
+        Some(m) => {
+            if let Some(unknown) = m.iter().find(|m| !served.contains(m.as_str())) {
+                return Err(ConfigError::new(
+                    format!("{at}.models"),
+                    format!("{unknown:?} is not served by any endpoint"),
+                ));
+            }
+            Some(Arc::new(m.iter().cloned().collect()))
+        }
+    };
+    Ok(Limits {
+        max_concurrency: conc.and_then(|n| u32::try_from(n).ok()),
+        requests_per_minute: rpm
+            .and_then(|n| u32::try_from(n).ok())
+            .and_then(NonZeroU32::new),
+        tokens_per_minute: tpm.and_then(NonZeroU64::new),
+        models,
+    })
+}
+
+/// `endpoints[].upstream_api_key` as the `Authorization` header kvgate sends
+/// upstream, marked sensitive so it is never logged.
+pub(super) fn upstream_authorization(
+    at: &str,
+    key: Option<Secret>,
+) -> Result<Option<HeaderValue>, ConfigError> {
+    let Some(key) = key else { return Ok(None) };
+    let mut v = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
+        .map_err(|_| ConfigError::new(at, "must be printable ASCII"))?;
+    v.set_sensitive(true);
+    Ok(Some(v))
+}

@@ -1,0 +1,38 @@
+//! Admission, after the body is parsed and keyed: the tenant's model
+//! allow-list (403) and quotas (429), the upstream cache salt, and the
+//! admission ticket the response body holds until it ends. Admitted responses
+//! carry `x-ratelimit-*` headers. The work is in [`crate::tenancy::Tenancy::admit`].
+
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::error::{ApiError, ErrorKind};
+use crate::route_input::RouteInput;
+use crate::state::Runtime;
+use crate::tenancy::Tenant;
+
+pub async fn admit(mut req: Request, next: Next) -> Response {
+    // Use the runtime canonicalise loaded, so one request sees one config.
+    let runtime = req.extensions().get::<Arc<Runtime>>().cloned();
+    let tenant = req
+        .extensions()
+        .get::<Tenant>()
+        .cloned()
+        .unwrap_or_else(Tenant::anonymous);
+    let (Some(runtime), Some(input)) = (runtime, req.extensions_mut().get_mut::<RouteInput>())
+    else {
+        return ApiError::new(ErrorKind::Internal, "admission ran before canonicalise")
+            .into_response();
+    };
+    match runtime.tenancy.admit(&tenant, input) {
+        Ok(headers) => {
+            let mut resp = next.run(req).await;
+            resp.headers_mut().extend(headers);
+            resp
+        }
+        Err(e) => e.into_response(),
+    }
+}

@@ -1,0 +1,243 @@
+//! JWT bearer tokens: signature, then `exp` (required), `nbf`, `iss` and
+//! `aud` (both required and checked), then the tenant from one claim.
+//!
+//! The accepted algorithms must all be of one family, and the key material
+//! must be of that family: HMAC with `secret`; RSA, EC or EdDSA with
+//! `public_key_pem`, `public_key_file` or `jwks_file`. A token whose header
+//! names another algorithm is refused before its signature is looked at, so
+//! neither `alg: none` nor the RSA-public-key-as-HMAC-secret confusion works.
+//! Keys are loaded and parsed at config time: `kvgate check` catches them.
+
+use std::sync::Arc;
+
+use jsonwebtoken::jwk::{JwkSet, PublicKeyUse};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation, errors::ErrorKind as JwtError};
+use serde_json::{Map, Value};
+
+use super::is_valid_tenant_id;
+use crate::config::ConfigError;
+use crate::config::tenancy::RawJwt;
+
+/// HMAC secrets shorter than the hash (RFC 7518 §3.2) are brute-forceable.
+const MIN_SECRET_BYTES: usize = 32;
+
+#[derive(Clone)]
+enum Keys {
+    One(DecodingKey),
+    /// From a JWKS: chosen by the token's `kid`.
+    Set(Vec<(Option<String>, DecodingKey)>),
+}
+
+#[derive(Clone)]
+pub struct JwtVerifier {
+    keys: Keys,
+    validation: Validation,
+    tenant_claim: String,
+}
+
+/// Key material stays out of logs.
+impl std::fmt::Debug for JwtVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtVerifier")
+            .field("algorithms", &self.validation.algorithms)
+            .field("iss", &self.validation.iss)
+            .field("aud", &self.validation.aud)
+            .field("tenant_claim", &self.tenant_claim)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JwtVerifier {
+    pub fn from_raw(raw: &RawJwt, at: &str) -> Result<Self, ConfigError> {
+        let f = |name: &str| format!("{at}.{name}");
+        let err = |name: &str, why: String| ConfigError::new(f(name), why);
+        if raw.algorithms.is_empty() {
+            return Err(err(
+                "algorithms",
+                "name at least one, e.g. [\"RS256\"]".into(),
+            ));
+        }
+        let mut algorithms = Vec::with_capacity(raw.algorithms.len());
+        for a in &raw.algorithms {
+            let alg: Algorithm = a.parse().map_err(|_| {
+                err("algorithms", format!("{a:?} is not one of HS256/384/512, RS256/384/512, PS256/384/512, ES256/384, EdDSA"))
+            })?;
+            algorithms.push(alg);
+        }
+        let family = algorithms[0].family();
+        if algorithms.iter().any(|a| a.family() != family) {
+            return Err(err(
+                "algorithms",
+                "mixes algorithm families; one key type per verifier (this blocks key-confusion attacks)".into(),
+            ));
+        }
+        let sources = [
+            raw.public_key_pem.is_some(),
+            raw.public_key_file.is_some(),
+            raw.jwks_file.is_some(),
+        ];
+        let public_sources = sources.iter().filter(|s| **s).count();
+        let keys = if family == jsonwebtoken::AlgorithmFamily::Hmac {
+            let secret = raw
+                .secret
+                .as_ref()
+                .ok_or_else(|| err("secret", "required for HS* algorithms".into()))?;
+            if public_sources > 0 {
+                return Err(err(
+                    "secret",
+                    "HS* algorithms take a secret, not a public key".into(),
+                ));
+            }
+            if secret.expose().len() < MIN_SECRET_BYTES {
+                return Err(err(
+                    "secret",
+                    format!("must be at least {MIN_SECRET_BYTES} bytes"),
+                ));
+            }
+            let key = DecodingKey::from_secret(secret.expose().as_bytes())
+                .map_err(|e| err("secret", e.to_string()))?;
+            Keys::One(key)
+        } else {
+            if raw.secret.is_some() || public_sources != 1 {
+                return Err(err(
+                    "public_key_pem",
+                    "RS*/PS*/ES*/EdDSA take exactly one of public_key_pem, public_key_file or jwks_file, and no secret".into(),
+                ));
+            }
+            if let Some(path) = &raw.jwks_file {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| err("jwks_file", format!("{path}: {e}")))?;
+                jwks(&text, family).map_err(|why| err("jwks_file", format!("{path}: {why}")))?
+            } else {
+                let (field, pem) = match (&raw.public_key_pem, &raw.public_key_file) {
+                    (Some(p), _) => ("public_key_pem", p.clone()),
+                    (None, Some(path)) => (
+                        "public_key_file",
+                        std::fs::read_to_string(path)
+                            .map_err(|e| err("public_key_file", format!("{path}: {e}")))?,
+                    ),
+                    (None, None) => return Err(err("public_key_pem", "missing".into())),
+                };
+                Keys::One(
+                    pem_key(pem.as_bytes(), family)
+                        .map_err(|e| err(field, format!("not a usable public key: {e}")))?,
+                )
+            }
+        };
+        let issuer = raw
+            .issuer
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                err(
+                    "issuer",
+                    "required: without it, tokens minted by any issuer sharing the key pass".into(),
+                )
+            })?;
+        let audience = raw
+            .audience
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                err(
+                    "audience",
+                    "required: without it, tokens minted for other services pass".into(),
+                )
+            })?;
+        let mut validation = Validation::new(algorithms[0]);
+        validation.algorithms = algorithms;
+        validation.set_issuer(&[issuer]);
+        validation.set_audience(&[audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        validation.validate_nbf = true;
+        validation.leeway = raw.leeway_seconds.unwrap_or(30).min(300);
+        Ok(Self {
+            keys,
+            validation,
+            tenant_claim: raw
+                .tenant_claim
+                .clone()
+                .unwrap_or_else(|| "tenant".to_owned()),
+        })
+    }
+
+    /// The tenant a token speaks for, or why it is refused (for the client).
+    pub fn verify(&self, token: &str) -> Result<Arc<str>, String> {
+        let key = match &self.keys {
+            Keys::One(k) => k,
+            Keys::Set(set) => {
+                let header = jsonwebtoken::decode_header(token).map_err(|e| why(e.kind()))?;
+                let found = match header.kid.as_deref() {
+                    Some(kid) => set.iter().find(|(k, _)| k.as_deref() == Some(kid)),
+                    None if set.len() == 1 => set.first(),
+                    None => None,
+                };
+                &found
+                    .ok_or_else(|| "the token's key id (kid) is not known".to_owned())?
+                    .1
+            }
+        };
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, key, &self.validation)
+            .map_err(|e| why(e.kind()))?;
+        match data.claims.get(&self.tenant_claim) {
+            Some(Value::String(t)) if is_valid_tenant_id(t) => Ok(Arc::from(t.as_str())),
+            Some(_) => Err(format!(
+                "the `{}` claim is not a valid tenant id",
+                self.tenant_claim
+            )),
+            None => Err(format!("the token has no `{}` claim", self.tenant_claim)),
+        }
+    }
+}
+
+fn pem_key(
+    pem: &[u8],
+    family: jsonwebtoken::AlgorithmFamily,
+) -> jsonwebtoken::errors::Result<DecodingKey> {
+    use jsonwebtoken::AlgorithmFamily as F;
+    match family {
+        F::Rsa => DecodingKey::from_rsa_pem(pem),
+        F::Ec => DecodingKey::from_ec_pem(pem),
+        F::Ed => DecodingKey::from_ed_pem(pem),
+        F::Hmac => Err(JwtError::InvalidKeyFormat.into()),
+    }
+}
+
+/// Signing keys of the configured family; encryption keys and keys of other
+/// types are skipped, as identity providers publish those side by side.
+fn jwks(text: &str, family: jsonwebtoken::AlgorithmFamily) -> Result<Keys, String> {
+    let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
+    let mut keys = Vec::new();
+    for jwk in &set.keys {
+        if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption))
+            || !jwk.is_supported()
+        {
+            continue;
+        }
+        let key =
+            DecodingKey::from_jwk(jwk).map_err(|e| format!("key {:?}: {e}", jwk.common.key_id))?;
+        if key.family() == family {
+            keys.push((jwk.common.key_id.clone(), key));
+        }
+    }
+    if keys.is_empty() {
+        return Err("no signing key of the configured algorithm family".into());
+    }
+    Ok(Keys::Set(keys))
+}
+
+/// What the client is told. Specific enough to fix a client, never echoing
+/// key material or the expected values.
+fn why(kind: &JwtError) -> String {
+    match kind {
+        JwtError::InvalidSignature => "bad signature".into(),
+        JwtError::ExpiredSignature => "the token has expired".into(),
+        JwtError::ImmatureSignature => "the token is not valid yet (nbf)".into(),
+        JwtError::InvalidIssuer => "the token's issuer (iss) is not accepted".into(),
+        JwtError::InvalidAudience => "the token's audience (aud) is not accepted".into(),
+        JwtError::MissingRequiredClaim(c) => format!("the token has no `{c}` claim"),
+        JwtError::InvalidAlgorithm => "the token's algorithm is not accepted".into(),
+        JwtError::InvalidClaimFormat(c) => format!("the token's `{c}` claim is malformed"),
+        _ => "malformed token".into(),
+    }
+}
