@@ -21,6 +21,7 @@ pub mod explain;
 pub mod middleware;
 pub mod route_input;
 pub mod routing;
+mod server;
 pub mod state;
 pub mod telemetry;
 pub mod tenancy;
@@ -28,7 +29,6 @@ pub mod upstream;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use tokio::net::TcpListener;
 
@@ -42,7 +42,8 @@ pub fn build_state(config: Config) -> anyhow::Result<Arc<AppState>> {
 
 /// Serve on an already bound listener until `shutdown` resolves; then stop
 /// accepting, mark not-ready, and let in-flight requests finish for up to the
-/// configured grace period.
+/// configured grace period. Request heads are read under a timeout
+/// (`server.rs` says why this is not `axum::serve`).
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
@@ -50,24 +51,5 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let app = api::router(Arc::clone(&state));
     tokio::spawn(upstream::health::run(Arc::downgrade(&state)));
-    let grace = state.runtime.load().config.server.shutdown_grace;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let flag = Arc::clone(&state);
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        shutdown.await;
-        flag.shutting_down.store(true, Ordering::Relaxed);
-        tracing::info!("shutting down: no new connections; waiting for in-flight requests");
-        let _ = tx.send(());
-    });
-    let mut server = std::pin::pin!(server.into_future());
-    tokio::select! {
-        r = &mut server => r,
-        _ = async {
-            let _ = rx.await;
-            tokio::time::sleep(grace).await;
-        } => {
-            tracing::warn!(?grace, "grace period over; closing remaining connections");
-            Ok(())
-        }
-    }
+    server::run(listener, app, state, shutdown).await
 }

@@ -41,6 +41,11 @@ enum Command {
         #[arg(long, default_value_t = 1.0)]
         time_scale: f64,
     },
+    /// GET a URL and exit 0 on a 2xx (the container's HEALTHCHECK; the image has no curl).
+    Probe {
+        #[arg(long, default_value = "http://127.0.0.1:8080/health")]
+        url: String,
+    },
     /// Validate a config file; exit non-zero naming the bad field.
     Check {
         #[arg(long, short)]
@@ -124,6 +129,14 @@ fn main() -> ExitCode {
                 shutdown_signal(),
             )
             .await?;
+            Ok(())
+        }),
+        Command::Probe { url } => run(async move {
+            let client = reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(3))
+                .build()?;
+            let status = client.get(&url).send().await?.status();
+            anyhow::ensure!(status.is_success(), "{url} answered {status}");
             Ok(())
         }),
         Command::Serve { config, listen } => run(async move {

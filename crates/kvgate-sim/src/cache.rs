@@ -42,7 +42,7 @@ struct Block {
 }
 
 #[derive(Debug)]
-pub(crate) struct KvCache {
+pub struct KvCache {
     capacity: usize,
     blocks: BlockMap,
     /// tick → hash of every computed block with `refs == 0`, oldest first.
@@ -55,7 +55,7 @@ pub(crate) struct KvCache {
 }
 
 impl KvCache {
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
             blocks: BlockMap::default(),
@@ -67,12 +67,12 @@ impl KvCache {
     }
 
     /// Blocks held by running sequences (what vLLM reports as KV cache usage).
-    pub(crate) fn in_use(&self) -> usize {
+    pub fn in_use(&self) -> usize {
         self.referenced + self.private
     }
 
     /// Blocks occupied, whether in use or cached for reuse.
-    pub(crate) fn occupied(&self) -> usize {
+    pub fn occupied(&self) -> usize {
         self.blocks.len() + self.private
     }
 
@@ -86,12 +86,7 @@ impl KvCache {
     /// sequence, evicting unreferenced blocks as needed. Returns the number of
     /// leading blocks that were already computed (the prefix hit), capped at
     /// `max_hit`, or `None`, changing nothing, when the blocks do not fit.
-    pub(crate) fn try_acquire(
-        &mut self,
-        hashes: &[u64],
-        private: usize,
-        max_hit: usize,
-    ) -> Option<usize> {
+    pub fn try_acquire(&mut self, hashes: &[u64], private: usize, max_hit: usize) -> Option<usize> {
         let hit = hashes
             .iter()
             .take(max_hit)
@@ -142,7 +137,7 @@ impl KvCache {
     }
 
     /// Record that a sequence has computed block `hash`: from now on it serves hits.
-    pub(crate) fn mark_computed(&mut self, hash: u64) {
+    pub fn mark_computed(&mut self, hash: u64) {
         if let Some(b) = self.blocks.get_mut(&hash) {
             b.computed = true;
         }
@@ -151,7 +146,7 @@ impl KvCache {
     /// Release a sequence's blocks. Computed blocks stay cached but evictable, the
     /// tail of the prompt first (as vLLM frees them in reverse, so a shared head
     /// outlives a private tail); blocks never computed are dropped.
-    pub(crate) fn release(&mut self, hashes: &[u64], private: usize) {
+    pub fn release(&mut self, hashes: &[u64], private: usize) {
         for &h in hashes.iter().rev() {
             let Entry::Occupied(mut e) = self.blocks.entry(h) else {
                 continue;
