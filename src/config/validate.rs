@@ -264,3 +264,60 @@ fn in_range(field: &str, v: u64, lo: u64, hi: u64) -> Result<(), ConfigError> {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    const OK: &str = r#"
+endpoints:
+  - name: chat
+    models: ["m"]
+    instances:
+      - url: "http://10.0.0.1:8000"
+"#;
+
+    fn err(yaml: &str) -> String {
+        Config::from_yaml(yaml).map(|_| ()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = Config::from_yaml(OK).unwrap();
+        let r = &c.endpoints[0].routing;
+        assert_eq!((r.prefix_length, r.concurrency_threshold), (4096, 10));
+        assert_eq!(c.endpoints[0].instances[0].id, "http://10.0.0.1:8000");
+        assert_eq!(c.server.listen.to_string(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn errors_name_the_field_and_reason() {
+        let e = err(&OK.replace("models:", "modles:"));
+        assert!(e.contains("modles"), "{e}");
+        let e = err(&format!("{OK}    routing: {{ prefix_length: 100 }}\n"));
+        assert!(e.contains("endpoints[0].routing.prefix_length") && e.contains("1024..=65536"), "{e}");
+        let e = err(&format!("{OK}    routing: {{ concurrency_threshold: 2000 }}\n"));
+        assert!(e.contains("concurrency_threshold"), "{e}");
+        let e = err(&format!("{OK}    routing: {{ strategy: fastest }}\n"));
+        assert!(e.contains("endpoints[0].routing.strategy") && e.contains("fastest"), "{e}");
+        let e = err(&OK.replace("http://10.0.0.1:8000", "10.0.0.1:8000"));
+        assert!(e.contains("endpoints[0].instances[0].url"), "{e}");
+        let e = err(&format!("{OK}  - name: chat\n    instances:\n      - url: \"http://a:1\"\n"));
+        assert!(e.contains("endpoints[1].name"), "{e}");
+        let e = err("server:\n  listen: nowhere\nendpoints: []\n");
+        assert!(e.contains("server.listen"), "{e}");
+    }
+
+    #[test]
+    fn sagemaker_strategy_spellings_are_accepted() {
+        for s in ["PREFIX_AWARE", "LEAST_OUTSTANDING_REQUESTS", "RANDOM", "round_robin"] {
+            Config::from_yaml(&format!("{OK}    routing: {{ strategy: {s} }}\n")).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_example_config_is_valid() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config.example.yaml");
+        Config::load(std::path::Path::new(path)).unwrap();
+    }
+}
