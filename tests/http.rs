@@ -344,3 +344,57 @@ async fn long_silences_on_a_stream_get_keepalive_comments_between_events() {
         "a comment split an event"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_response_headers_in_time_is_a_504_and_the_upstream_is_released() {
+    let up = Upstream::start("u0", Mode::Hold).await;
+    let yaml = config(MODEL, &[&up], "prefix_aware", 10)
+        .replace("server:\n", "server:\n  timeouts: { first_byte_ms: 300 }\n");
+    let gw = Gateway::start(&yaml).await;
+    let resp = client()
+        .post(gw.url("/v1/chat/completions"))
+        .body(serde_json::to_vec(&chat_body(MODEL, "s", "q", false)).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 504);
+    let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], "upstream_timeout");
+    eventually("upstream request closed", || up.cancelled() == 1).await;
+    let rt = gw.state.runtime.load_full();
+    let inst = rt.endpoint("chat").unwrap().instances[0].clone();
+    eventually("in-flight released", || inst.in_flight() == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_silent_past_the_idle_timeout_is_cut_off() {
+    let up = Upstream::start(
+        "u0",
+        Mode::Stream {
+            chunks: sse_chunks(),
+            gap: Duration::from_secs(30),
+        },
+    )
+    .await;
+    let yaml = config(MODEL, &[&up], "prefix_aware", 10).replace(
+        "server:\n",
+        "server:\n  sse_keepalive_ms: 0\n  timeouts: { idle_ms: 300 }\n",
+    );
+    let gw = Gateway::start(&yaml).await;
+    let resp = client()
+        .post(gw.url("/v1/chat/completions"))
+        .body(serde_json::to_vec(&chat_body(MODEL, "s", "q", true)).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.bytes_stream();
+    let first = body.next().await.unwrap().unwrap();
+    assert_eq!(first, sse_chunks()[0].as_bytes());
+    // The stream ends in an error (a truncated chunked body) instead of hanging.
+    let rest = tokio::time::timeout(Duration::from_secs(20), body.next())
+        .await
+        .expect("stream hung past the idle timeout");
+    assert!(!matches!(rest, Some(Ok(_))), "got more data: {rest:?}");
+    eventually("upstream closed", || up.cancelled() == 1).await;
+}

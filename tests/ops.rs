@@ -337,3 +337,35 @@ impl JsonValue for reqwest::Response {
         serde_json::from_slice(&self.bytes().await.unwrap()).unwrap()
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn editing_the_config_file_reloads_it() {
+    let a = Upstream::start("a", Mode::Json).await;
+    let b = Upstream::start("b", Mode::Json).await;
+    let yaml = config(MODEL, &[&a], "prefix_aware", 10);
+    let gw = Gateway::start(&yaml).await;
+    let dir = std::env::temp_dir().join(format!("kvgate-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kvgate.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    let watcher = tokio::spawn(kvgate::config::reload::watch(
+        path.clone(),
+        Arc::clone(&gw.state),
+    ));
+    // The watcher may need a moment to register; rewrite until the change lands.
+    let two = config(MODEL, &[&a, &b], "prefix_aware", 10);
+    for _ in 0..100 {
+        std::fs::write(&path, &two).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if gw.state.runtime.load().endpoints[0].instances.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(
+        gw.state.runtime.load().endpoints[0].instances.len(),
+        2,
+        "file change not picked up"
+    );
+    watcher.abort();
+    std::fs::remove_dir_all(&dir).ok();
+}
