@@ -154,11 +154,13 @@ pub fn analyse(
             };
             let pck = match obj.get("prompt_cache_key") {
                 None | Some(Value::Null) => None,
-                Some(Value::String(s)) => Some(s.clone()),
+                // Control characters (NUL above all) could blur the key's
+                // field boundaries; no legitimate user or session id has them.
+                Some(Value::String(s)) if !s.chars().any(char::is_control) => Some(s.clone()),
                 Some(_) => {
                     return Err(invalid(
                         "prompt_cache_key",
-                        "`prompt_cache_key` must be a string",
+                        "`prompt_cache_key` must be a string without control characters",
                     ));
                 }
             };

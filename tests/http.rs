@@ -216,6 +216,7 @@ fn bad_inputs() -> Vec<BadInput> {
         ("model missing", chat, None, format!("{{{ok_msgs}}}").into_bytes(), 400, "invalid_request"),
         ("model not a string", chat, None, format!(r#"{{"model":7,{ok_msgs}}}"#).into_bytes(), 400, "invalid_request"),
         ("stream not a boolean", chat, None, format!(r#"{{"model":"test-model","stream":"yes",{ok_msgs}}}"#).into_bytes(), 400, "invalid_request"),
+        ("prompt_cache_key with NUL", chat, None, format!(r#"{{"model":"test-model","prompt_cache_key":"a\u0000b",{ok_msgs}}}"#).into_bytes(), 400, "invalid_request"),
         ("body not an object", chat, None, b"[1,2]".to_vec(), 400, "invalid_request"),
         ("prompt missing", "/v1/completions", None, br#"{"model":"test-model"}"#.to_vec(), 400, "invalid_request"),
         ("unknown model", chat, None, format!(r#"{{"model":"nope",{ok_msgs}}}"#).into_bytes(), 404, "model_not_found"),
