@@ -38,13 +38,7 @@ async fn sse_streams_through_chunk_by_chunk_and_byte_identical() {
     )
     .await;
     let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
-    let resp = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&chat_body(MODEL, "sys", "hi", true)).unwrap())
-        .send()
-        .await
-        .unwrap();
+    let resp = gw.chat(&chat_body(MODEL, "sys", "hi", true)).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     assert_eq!(resp.headers()["x-accel-buffering"], "no");
@@ -76,19 +70,12 @@ async fn client_leaving_a_stream_closes_the_upstream() {
     )
     .await;
     let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
-    let resp = client()
-        .post(gw.url("/v1/chat/completions"))
-        .body(serde_json::to_vec(&chat_body(MODEL, "sys", "hi", true)).unwrap())
-        .send()
-        .await
-        .unwrap();
+    let resp = gw.chat(&chat_body(MODEL, "sys", "hi", true)).await;
     let mut body = resp.bytes_stream();
     let _first = body.next().await.unwrap().unwrap();
     drop(body);
     eventually("upstream stream cancelled", || up.cancelled() == 1).await;
-    let rt = gw.state.runtime.load_full();
-    let inst = rt.endpoint("chat").unwrap().instances[0].clone();
-    eventually("in-flight released", || inst.in_flight() == 0).await;
+    gw.drained().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,9 +91,7 @@ async fn client_leaving_before_the_answer_closes_the_upstream() {
     eventually("request reached upstream", || up.hits() == 1).await;
     t.abort();
     eventually("upstream request cancelled", || up.cancelled() == 1).await;
-    let rt = gw.state.runtime.load_full();
-    let inst = rt.endpoint("chat").unwrap().instances[0].clone();
-    eventually("in-flight released", || inst.in_flight() == 0).await;
+    gw.drained().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,12 +247,7 @@ async fn bad_input_is_a_4xx_in_openai_shape_and_never_forwarded() {
         .unwrap();
     assert_eq!(resp.status(), 405);
     // Still serving.
-    let resp = client()
-        .post(gw.url("/v1/chat/completions"))
-        .body(serde_json::to_vec(&chat_body(MODEL, "s", "q", false)).unwrap())
-        .send()
-        .await
-        .unwrap();
+    let resp = gw.chat(&chat_body(MODEL, "s", "q", false)).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(up.hits(), 1);
 }
@@ -330,12 +310,7 @@ async fn long_silences_on_a_stream_get_keepalive_comments_between_events() {
     let yaml = config(MODEL, &[&up], "prefix_aware", 10)
         .replace("server:\n", "server:\n  sse_keepalive_ms: 100\n");
     let gw = Gateway::start(&yaml).await;
-    let resp = client()
-        .post(gw.url("/v1/chat/completions"))
-        .body(serde_json::to_vec(&chat_body(MODEL, "sys", "hi", true)).unwrap())
-        .send()
-        .await
-        .unwrap();
+    let resp = gw.chat(&chat_body(MODEL, "sys", "hi", true)).await;
     let text = String::from_utf8(resp.bytes().await.unwrap().to_vec()).unwrap();
     assert!(text.contains(": ping\n\n"), "no keep-alive in {text:?}");
     // Without the comments, exactly the upstream's bytes: no event was split.
@@ -352,19 +327,12 @@ async fn no_response_headers_in_time_is_a_504_and_the_upstream_is_released() {
     let yaml = config(MODEL, &[&up], "prefix_aware", 10)
         .replace("server:\n", "server:\n  timeouts: { first_byte_ms: 300 }\n");
     let gw = Gateway::start(&yaml).await;
-    let resp = client()
-        .post(gw.url("/v1/chat/completions"))
-        .body(serde_json::to_vec(&chat_body(MODEL, "s", "q", false)).unwrap())
-        .send()
-        .await
-        .unwrap();
+    let resp = gw.chat(&chat_body(MODEL, "s", "q", false)).await;
     assert_eq!(resp.status(), 504);
     let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
     assert_eq!(v["error"]["code"], "upstream_timeout");
     eventually("upstream request closed", || up.cancelled() == 1).await;
-    let rt = gw.state.runtime.load_full();
-    let inst = rt.endpoint("chat").unwrap().instances[0].clone();
-    eventually("in-flight released", || inst.in_flight() == 0).await;
+    gw.drained().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -382,12 +350,7 @@ async fn an_upstream_silent_past_the_idle_timeout_is_cut_off() {
         "server:\n  sse_keepalive_ms: 0\n  timeouts: { idle_ms: 300 }\n",
     );
     let gw = Gateway::start(&yaml).await;
-    let resp = client()
-        .post(gw.url("/v1/chat/completions"))
-        .body(serde_json::to_vec(&chat_body(MODEL, "s", "q", true)).unwrap())
-        .send()
-        .await
-        .unwrap();
+    let resp = gw.chat(&chat_body(MODEL, "s", "q", true)).await;
     assert_eq!(resp.status(), 200);
     let mut body = resp.bytes_stream();
     let first = body.next().await.unwrap().unwrap();

@@ -46,12 +46,9 @@ async fn failing_health_checks_eject_and_recover_and_ready_follows() {
     eventually("a marked unhealthy", || !ep.instances[0].is_healthy()).await;
     // Traffic goes to b only; nothing fails.
     for p in 0..10 {
-        let r = client()
-            .post(gw.url("/v1/chat/completions"))
-            .body(serde_json::to_vec(&chat_body(MODEL, &system_prompt(p), "q", false)).unwrap())
-            .send()
-            .await
-            .unwrap();
+        let r = gw
+            .chat(&chat_body(MODEL, &system_prompt(p), "q", false))
+            .await;
         assert_eq!(r.status(), 200);
         assert_eq!(served_by(&r), "b");
     }
@@ -283,12 +280,8 @@ async fn metrics_count_requests_decisions_and_cached_tokens() {
     let yaml = config(MODEL, &[&up], "prefix_aware", 10).replace("name: chat", "name: metricsep");
     let gw = Gateway::start(&yaml).await;
     for _ in 0..3 {
-        client()
-            .post(gw.url("/v1/chat/completions"))
-            .body(serde_json::to_vec(&chat_body(MODEL, "s", "q", false)).unwrap())
-            .send()
+        gw.chat(&chat_body(MODEL, "s", "q", false))
             .await
-            .unwrap()
             .bytes()
             .await
             .unwrap();

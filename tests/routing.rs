@@ -27,16 +27,6 @@ async fn fleet(n: usize, mode: Mode) -> Vec<Upstream> {
     v
 }
 
-async fn post_chat(gw: &Gateway, body: &serde_json::Value) -> reqwest::Response {
-    client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(body).unwrap())
-        .send()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_prefixes_stick_to_one_instance_and_topics_spread() {
     let ups = fleet(3, Mode::Json).await;
@@ -56,7 +46,7 @@ async fn shared_prefixes_stick_to_one_instance_and_topics_spread() {
                 &format!("question {q}"),
                 false,
             );
-            let resp = post_chat(&gw, &body).await;
+            let resp = gw.chat(&body).await;
             assert_eq!(resp.status(), 200);
             placed.entry(topic).or_default().insert(served_by(&resp));
         }
@@ -145,7 +135,7 @@ async fn partition_keys_spread_one_prefix_and_each_key_sticks() {
         for q in 0..3 {
             let mut body = chat_body(MODEL, &system, &format!("q{q}"), false);
             body["prompt_cache_key"] = json!(format!("user-{k}"));
-            let resp = post_chat(&gw, &body).await;
+            let resp = gw.chat(&body).await;
             by_key
                 .entry(format!("user-{k}"))
                 .or_default()
@@ -243,7 +233,7 @@ async fn placements(gw: &Gateway, prefixes: usize) -> Vec<String> {
     let mut out = Vec::new();
     for p in 0..prefixes {
         let body = chat_body(MODEL, &system_prompt(1000 + p), "q", false);
-        out.push(served_by(&post_chat(gw, &body).await));
+        out.push(served_by(&gw.chat(&body).await));
     }
     out
 }
@@ -316,7 +306,9 @@ async fn a_dead_instance_is_routed_around() {
     );
     let gw = Gateway::start(&yaml).await;
     for p in 0..30 {
-        let resp = post_chat(&gw, &chat_body(MODEL, &system_prompt(p), "q", false)).await;
+        let resp = gw
+            .chat(&chat_body(MODEL, &system_prompt(p), "q", false))
+            .await;
         assert_eq!(resp.status(), 200, "prefix {p}");
     }
     assert_eq!(live.iter().map(|u| u.hits()).sum::<usize>(), 30);
@@ -344,7 +336,7 @@ async fn all_instances_down_is_a_502_in_openai_shape() {
         "endpoints:\n  - name: chat\n    models: [\"{MODEL}\"]\n    instances:\n      - url: \"http://{addr}\"\n"
     );
     let gw = Gateway::start(&yaml).await;
-    let resp = post_chat(&gw, &chat_body(MODEL, "s", "q", false)).await;
+    let resp = gw.chat(&chat_body(MODEL, "s", "q", false)).await;
     assert!(
         matches!(resp.status().as_u16(), 502 | 503),
         "{}",
@@ -371,7 +363,7 @@ async fn upstream_503_fails_over_but_last_answer_passes_through() {
         10,
     ))
     .await;
-    let resp = post_chat(&gw, &chat_body(MODEL, "s", "q", false)).await;
+    let resp = gw.chat(&chat_body(MODEL, "s", "q", false)).await;
     assert_eq!(resp.status(), 503);
     assert_eq!(
         ups[0].hits() + ups[1].hits(),
@@ -381,7 +373,9 @@ async fn upstream_503_fails_over_but_last_answer_passes_through() {
     ups[1].set_mode(Mode::Json);
     ups[0].set_mode(Mode::Status(503));
     for p in 0..6 {
-        let resp = post_chat(&gw, &chat_body(MODEL, &system_prompt(p), "q", false)).await;
+        let resp = gw
+            .chat(&chat_body(MODEL, &system_prompt(p), "q", false))
+            .await;
         assert_eq!(resp.status(), 200);
         assert_eq!(served_by(&resp), "u1");
     }

@@ -257,6 +257,37 @@ impl Gateway {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// POST a JSON body to an inference path and return the response.
+    pub async fn post(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
+        client()
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(body).unwrap())
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// POST a chat completion.
+    pub async fn chat(&self, body: &serde_json::Value) -> reqwest::Response {
+        self.post("/v1/chat/completions", body).await
+    }
+
+    /// The live instances of the endpoint named `chat` (the one `config()` writes).
+    pub fn instances(&self) -> Vec<Arc<kvgate::upstream::Instance>> {
+        let rt = self.state.runtime.load_full();
+        rt.endpoint("chat").unwrap().instances.clone()
+    }
+
+    /// Wait until every instance's in-flight count is back to zero.
+    pub async fn drained(&self) {
+        let instances = self.instances();
+        eventually("in-flight counts back to 0", || {
+            instances.iter().all(|i| i.in_flight() == 0)
+        })
+        .await;
+    }
+
     /// Begin graceful shutdown.
     pub fn shutdown(&mut self) {
         if let Some(tx) = self.stop.take() {
