@@ -19,6 +19,19 @@ use serde_json::json;
 
 const MODEL: &str = "test-model";
 
+/// `n` upstreams behind a prefix-aware gateway.
+async fn prefix_fleet(n: usize, mode: Mode, threshold: usize) -> (Vec<Upstream>, Gateway) {
+    let ups = fleet(n, mode).await;
+    let gw = Gateway::start(&config(
+        MODEL,
+        &ups.iter().collect::<Vec<_>>(),
+        "prefix_aware",
+        threshold,
+    ))
+    .await;
+    (ups, gw)
+}
+
 async fn fleet(n: usize, mode: Mode) -> Vec<Upstream> {
     let mut v = Vec::new();
     for i in 0..n {
@@ -29,14 +42,7 @@ async fn fleet(n: usize, mode: Mode) -> Vec<Upstream> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_prefixes_stick_to_one_instance_and_topics_spread() {
-    let ups = fleet(3, Mode::Json).await;
-    let gw = Gateway::start(&config(
-        MODEL,
-        &ups.iter().collect::<Vec<_>>(),
-        "prefix_aware",
-        10,
-    ))
-    .await;
+    let (_ups, gw) = prefix_fleet(3, Mode::Json, 10).await;
     let mut placed: HashMap<usize, HashSet<String>> = HashMap::new();
     for topic in 0..12 {
         for q in 0..4 {
@@ -60,14 +66,7 @@ async fn shared_prefixes_stick_to_one_instance_and_topics_spread() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_serialisations_of_one_body_route_equally() {
-    let ups = fleet(3, Mode::Json).await;
-    let gw = Gateway::start(&config(
-        MODEL,
-        &ups.iter().collect::<Vec<_>>(),
-        "prefix_aware",
-        10,
-    ))
-    .await;
+    let (ups, gw) = prefix_fleet(3, Mode::Json, 10).await;
     for doc in 0..4 {
         let prompt = format!("Document {doc}: ").repeat(120);
         let forms = [
@@ -121,14 +120,7 @@ async fn native_serialisations_of_one_body_route_equally() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_keys_spread_one_prefix_and_each_key_sticks() {
-    let ups = fleet(3, Mode::Json).await;
-    let gw = Gateway::start(&config(
-        MODEL,
-        &ups.iter().collect::<Vec<_>>(),
-        "prefix_aware",
-        10,
-    ))
-    .await;
+    let (_ups, gw) = prefix_fleet(3, Mode::Json, 10).await;
     let system = system_prompt(1);
     let mut by_key: HashMap<String, HashSet<String>> = HashMap::new();
     for k in 0..16 {
@@ -169,15 +161,8 @@ async fn partition_keys_spread_one_prefix_and_each_key_sticks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_preferred_instance_overflows_at_the_threshold() {
-    let ups = fleet(3, Mode::Delay(Duration::from_secs(2))).await;
     let threshold = 2;
-    let gw = Gateway::start(&config(
-        MODEL,
-        &ups.iter().collect::<Vec<_>>(),
-        "prefix_aware",
-        threshold,
-    ))
-    .await;
+    let (ups, gw) = prefix_fleet(3, Mode::Delay(Duration::from_secs(2)), threshold).await;
     let body = chat_body(MODEL, &system_prompt(7), "same question", false);
     let mut tasks = Vec::new();
     for i in 0..5 {
@@ -355,14 +340,7 @@ async fn all_instances_down_is_a_502_in_openai_shape() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_503_fails_over_but_last_answer_passes_through() {
-    let ups = fleet(2, Mode::Status(503)).await;
-    let gw = Gateway::start(&config(
-        MODEL,
-        &ups.iter().collect::<Vec<_>>(),
-        "prefix_aware",
-        10,
-    ))
-    .await;
+    let (ups, gw) = prefix_fleet(2, Mode::Status(503), 10).await;
     let resp = gw.chat(&chat_body(MODEL, "s", "q", false)).await;
     assert_eq!(resp.status(), 503);
     assert_eq!(
