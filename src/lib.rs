@@ -2,9 +2,9 @@
 //! to the model server most likely to hold its prompt prefix in KV cache.
 //!
 //! ```text
-//! client ─► request id ─► trace ─► auth ─► canonicalise ─► handler ─► policy ─► upstream ─► client
-//!                                   │          │
-//!                                Tenant    RouteInput
+//! client ─► request id ─► trace ─► auth ─► canonicalise ─► admit ─► handler ─► policy ─► upstream ─► client
+//!                                   │          │            │
+//!                                Tenant    RouteInput   quotas, cache salt
 //! ```
 //!
 //! The canonicalise layer parses the body once and computes the routing key
@@ -22,6 +22,7 @@ pub mod middleware;
 pub mod route_input;
 pub mod routing;
 mod server;
+pub mod simulate;
 pub mod state;
 pub mod telemetry;
 pub mod tenancy;

@@ -66,6 +66,10 @@ enum Command {
         #[arg(long, default_value = "anonymous")]
         tenant: String,
     },
+    /// Replay a Mooncake trace through the routing policies onto a simulated
+    /// fleet, offline in virtual time; sweep prefix_length × concurrency_threshold
+    /// and recommend a setting.
+    Simulate(kvgate::simulate::SimulateArgs),
 }
 
 fn init_logs(json: bool) {
@@ -85,6 +89,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_json);
     match cli.command {
+        Command::Simulate(args) => match kvgate::simulate::run(&args) {
+            Ok(out) => {
+                print!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("kvgate simulate: {e:#}");
+                ExitCode::from(2)
+            }
+        },
         Command::Check { config } => match Config::load(&config) {
             Ok(c) => {
                 println!("{}: ok ({} endpoints)", config.display(), c.endpoints.len());

@@ -112,9 +112,13 @@ async fn connection(
                 }
                 return;
             }
+            // The guard is only read when select! starts, so check again: a
+            // request may have begun while we waited.
             () = &mut first_deadline, if !started.load(Ordering::Relaxed) => {
-                tracing::debug!(?header_read, "no request head in time; closing the connection");
-                return;
+                if !started.load(Ordering::Relaxed) {
+                    tracing::debug!(?header_read, "no request head in time; closing the connection");
+                    return;
+                }
             }
             _ = stop.changed(), if !stopping => {
                 stopping = true;

@@ -295,14 +295,24 @@ endpoints:
         let e = err(&OK.replace("models:", "modles:"));
         assert!(e.contains("modles"), "{e}");
         let e = err(&format!("{OK}    routing: {{ prefix_length: 100 }}\n"));
-        assert!(e.contains("endpoints[0].routing.prefix_length") && e.contains("1024..=65536"), "{e}");
-        let e = err(&format!("{OK}    routing: {{ concurrency_threshold: 2000 }}\n"));
+        assert!(
+            e.contains("endpoints[0].routing.prefix_length") && e.contains("1024..=65536"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{OK}    routing: {{ concurrency_threshold: 2000 }}\n"
+        ));
         assert!(e.contains("concurrency_threshold"), "{e}");
         let e = err(&format!("{OK}    routing: {{ strategy: fastest }}\n"));
-        assert!(e.contains("endpoints[0].routing.strategy") && e.contains("fastest"), "{e}");
+        assert!(
+            e.contains("endpoints[0].routing.strategy") && e.contains("fastest"),
+            "{e}"
+        );
         let e = err(&OK.replace("http://10.0.0.1:8000", "10.0.0.1:8000"));
         assert!(e.contains("endpoints[0].instances[0].url"), "{e}");
-        let e = err(&format!("{OK}  - name: chat\n    instances:\n      - url: \"http://a:1\"\n"));
+        let e = err(&format!(
+            "{OK}  - name: chat\n    instances:\n      - url: \"http://a:1\"\n"
+        ));
         assert!(e.contains("endpoints[1].name"), "{e}");
         let e = err("server:\n  listen: nowhere\nendpoints: []\n");
         assert!(e.contains("server.listen"), "{e}");
@@ -310,7 +320,12 @@ endpoints:
 
     #[test]
     fn sagemaker_strategy_spellings_are_accepted() {
-        for s in ["PREFIX_AWARE", "LEAST_OUTSTANDING_REQUESTS", "RANDOM", "round_robin"] {
+        for s in [
+            "PREFIX_AWARE",
+            "LEAST_OUTSTANDING_REQUESTS",
+            "RANDOM",
+            "round_robin",
+        ] {
             Config::from_yaml(&format!("{OK}    routing: {{ strategy: {s} }}\n")).unwrap();
         }
     }

@@ -1,0 +1,49 @@
+//! The reuse ceiling of the requests a run actually sent: the same bodies, in send
+//! order, one at a time, to a single simulated instance whose KV cache never
+//! evicts. Its hit rate is what no router over any fleet could beat.
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use bytes::Bytes;
+use kvgate_sim::{SimConfig, spawn};
+use serde_json::Value;
+
+/// Hit rate (cached ÷ prompt tokens) of `bodies` on one infinite cache.
+pub async fn ceiling(bodies: &[Bytes]) -> anyhow::Result<f64> {
+    let cfg = SimConfig {
+        name: "ceiling".to_owned(),
+        cache_blocks: 1 << 36,
+        time_scale: 0.0,
+        ..SimConfig::llama70b_h100_tp4()
+    };
+    let sim = spawn(cfg, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    for body in bodies {
+        let mut v: Value = serde_json::from_slice(body).context("a recorded body")?;
+        let path = if v.get("messages").is_some() {
+            "/v1/chat/completions"
+        } else {
+            "/v1/completions"
+        };
+        // One output token and no stream: only the prompt matters here.
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("max_tokens".to_owned(), Value::from(1));
+            obj.insert("stream".to_owned(), Value::Bool(false));
+            obj.remove("stream_options");
+        }
+        client
+            .post(format!("{}{path}", sim.url()))
+            .header("content-type", "application/json")
+            .body(v.to_string())
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .context("ceiling instance")?
+            .bytes()
+            .await?;
+    }
+    let stats = sim.server.stats();
+    sim.shutdown().await?;
+    Ok(crate::run::ratio(stats.cached_tokens, stats.prompt_tokens))
+}

@@ -1,0 +1,155 @@
+//! Plays a workload's sessions against a gateway on the simulated clock: each
+//! session starts at its time (scaled to real time), sends its turns one after
+//! another, and for chat keeps the history with the answers as streamed.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use kvgate_sim::block_text;
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::client::{self, Outcome};
+use crate::workload::{Content, Session, Turn};
+
+/// Mooncake's block size in tokens.
+const TRACE_BLOCK_TOKENS: usize = 512;
+
+/// One request as the client saw it.
+#[derive(Clone, Debug)]
+pub struct Record {
+    /// Real time since the run began at which it was sent.
+    pub sent: Duration,
+    pub outcome: Outcome,
+    /// The body sent, when the run records them (for the ceiling pass).
+    pub body: Option<Bytes>,
+}
+
+/// Where and how to send.
+#[derive(Clone)]
+pub struct Target {
+    pub client: reqwest::Client,
+    /// Gateway base URL, `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// The `model` every body names (it selects the gateway endpoint).
+    pub model: String,
+    /// Real seconds per simulated second.
+    pub time_scale: f64,
+    pub record_bodies: bool,
+}
+
+/// Run every session; returns the records in no particular order.
+pub async fn drive(target: &Target, sessions: &[Session]) -> Vec<Record> {
+    let t0 = Instant::now();
+    let mut tasks = JoinSet::new();
+    for session in sessions {
+        let target = target.clone();
+        let session = session.clone();
+        let at = t0 + scale(session.start, target.time_scale);
+        tasks.spawn(async move {
+            tokio::time::sleep_until(at).await;
+            play(&target, &session, t0).await
+        });
+    }
+    let mut records = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        if let Ok(mut r) = done {
+            records.append(&mut r);
+        }
+    }
+    records
+}
+
+async fn play(target: &Target, session: &Session, t0: Instant) -> Vec<Record> {
+    let mut history: Vec<Value> = Vec::new();
+    if let Some(system) = &session.system {
+        history.push(json!({"role": "system", "content": &**system}));
+    }
+    let mut records = Vec::with_capacity(session.turns.len());
+    for turn in &session.turns {
+        if !turn.think.is_zero() {
+            tokio::time::sleep(scale(turn.think, target.time_scale)).await;
+        }
+        let (path, body, chat) = request(target, &mut history, turn);
+        let body = Bytes::from(body);
+        let url = format!("{}{path}", target.base);
+        let sent = t0.elapsed();
+        let outcome = client::send(&target.client, &url, body.clone(), chat).await;
+        let failed = outcome.error.is_some();
+        if chat {
+            history.push(json!({"role": "assistant", "content": &outcome.text}));
+        }
+        records.push(Record {
+            sent,
+            outcome,
+            body: target.record_bodies.then_some(body),
+        });
+        if failed {
+            break; // a conversation cannot go on without its answer
+        }
+    }
+    records
+}
+
+/// The path, body and whether it is chat (whose answer joins the history).
+fn request(target: &Target, history: &mut Vec<Value>, turn: &Turn) -> (&'static str, Vec<u8>, bool) {
+    match &turn.content {
+        Content::Chat(user) => {
+            history.push(json!({"role": "user", "content": user}));
+            let body = json!({
+                "model": target.model,
+                "messages": history,
+                "max_tokens": turn.max_tokens,
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            });
+            ("/v1/chat/completions", body.to_string().into_bytes(), true)
+        }
+        Content::Trace { hash_ids, tokens } => {
+            let body = json!({
+                "model": target.model,
+                "prompt": trace_prompt(hash_ids, *tokens),
+                "max_tokens": turn.max_tokens,
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            });
+            ("/v1/completions", body.to_string().into_bytes(), false)
+        }
+    }
+}
+
+/// `block_text(id, 512)` for each id, cut to `tokens` simulated tokens.
+pub fn trace_prompt(hash_ids: &[u64], tokens: usize) -> String {
+    let mut out = String::with_capacity(tokens * kvgate_sim::BYTES_PER_TOKEN);
+    for &id in hash_ids {
+        out.push_str(&block_text(id, TRACE_BLOCK_TOKENS));
+        if out.len() >= tokens * kvgate_sim::BYTES_PER_TOKEN {
+            break;
+        }
+    }
+    out.truncate(tokens * kvgate_sim::BYTES_PER_TOKEN);
+    out
+}
+
+/// Real duration of a simulated one.
+pub fn scale(simulated: Duration, time_scale: f64) -> Duration {
+    Duration::try_from_secs_f64(simulated.as_secs_f64() * time_scale).unwrap_or(Duration::ZERO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_prompts_share_exactly_the_common_blocks() {
+        let a = trace_prompt(&[1, 2, 3], 1_200);
+        let b = trace_prompt(&[1, 2, 4], 1_500);
+        assert_eq!(a.len(), 4_800);
+        assert_eq!(b.len(), 6_000);
+        assert_eq!(a[..4_096], b[..4_096]);
+        assert_ne!(a[4_096..4_200], b[4_096..4_200]);
+        // A short prompt is cut inside its first block.
+        assert_eq!(trace_prompt(&[1], 10).len(), 40);
+    }
+}

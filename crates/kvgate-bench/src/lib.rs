@@ -1,0 +1,107 @@
+//! kvgate's routing-quality benchmark: a load generator that drives the real
+//! gateway over HTTP in front of simulated vLLM instances (`kvgate-sim`), all in
+//! one process on 127.0.0.1, and compares the routing strategies side by side.
+//!
+//! For each workload ([`workload::Kind`]) and each strategy it starts a fresh
+//! fleet with cold caches and a fresh gateway ([`fleet`]), plays the workload's
+//! sessions on the simulated clock ([`driver`]), streaming every answer, and
+//! reports ([`run::RunResult`]):
+//! - KV hit rate from the instances' own counters (cached ÷ prompt tokens), and
+//!   against the reuse ceiling of the same requests on one infinite cache
+//!   ([`ceiling`]) and, for Mooncake, the trace's published ceiling;
+//! - P50/P90 time to the first SSE chunk as the client saw it, converted to
+//!   simulated time (real ÷ `time_scale`, so it includes the gateway's and the
+//!   loopback's real overheads, magnified by 1/`time_scale`);
+//! - throughput in simulated time, each instance's share of requests, the
+//!   gateway's routing decisions by outcome (overflow, fallback …) from its
+//!   `/metrics` under an endpoint name unique to the run, and its routing time
+//!   (the delta of the process-wide `kvgate_routing_decision_seconds` histogram).
+//!
+//! [`report`] writes the Markdown table and [`chart`] the SVG.
+
+pub mod ceiling;
+pub mod chart;
+pub mod client;
+pub mod driver;
+pub mod fleet;
+pub mod prom;
+pub mod report;
+pub mod run;
+pub mod workload;
+
+use kvgate::routing::Strategy;
+
+pub use run::RunResult;
+pub use workload::{Kind, Setup};
+
+/// The strategies compared, baseline first.
+pub const STRATEGIES: [Strategy; 4] = [
+    Strategy::Random,
+    Strategy::RoundRobin,
+    Strategy::LeastOutstandingRequests,
+    Strategy::PrefixAware,
+];
+
+/// One workload under every strategy.
+#[derive(Clone, Debug)]
+pub struct WorkloadResult {
+    pub setup_id: String,
+    pub description: String,
+    pub requests: usize,
+    pub time_scale: f64,
+    pub routing: workload::Routing,
+    /// Hit rate of the same requests on one infinite cache.
+    pub ceiling: f64,
+    /// The trace's published ceiling (Mooncake).
+    pub trace_ceiling: Option<f64>,
+    pub runs: Vec<RunResult>,
+}
+
+impl WorkloadResult {
+    pub fn run(&self, strategy: Strategy) -> Option<&RunResult> {
+        self.runs.iter().find(|r| r.strategy == strategy)
+    }
+}
+
+/// Run `setup` under each of `strategies` in turn; `tag` keeps endpoint names
+/// (and so metric labels) unique in this process. `progress` hears a line a run.
+pub async fn bench(
+    setup: &Setup,
+    strategies: &[Strategy],
+    tag: &str,
+    mut progress: impl FnMut(&str),
+) -> anyhow::Result<WorkloadResult> {
+    let mut runs = Vec::with_capacity(strategies.len());
+    let mut bodies = Vec::new();
+    for (i, &strategy) in strategies.iter().enumerate() {
+        let mut r = run::run(setup, strategy, tag, i == 0).await?;
+        progress(&format!(
+            "{:<22} {:<27} hit {:>5.1}%  p50 {:>6.0} ms  p90 {:>6.0} ms  (engine {:>6.0} / {:>6.0} ms)  overflow {}  failed {}  wall {:.1} s",
+            setup.id,
+            strategy.as_str(),
+            100.0 * r.hit_rate,
+            1000.0 * r.ttft_p50,
+            1000.0 * r.ttft_p90,
+            1000.0 * r.engine_ttft_p50.unwrap_or(0.0),
+            1000.0 * r.engine_ttft_p90.unwrap_or(0.0),
+            r.decisions_of("overflow"),
+            r.failed,
+            r.wall.as_secs_f64()
+        ));
+        if i == 0 {
+            bodies = std::mem::take(&mut r.bodies);
+        }
+        runs.push(r);
+    }
+    let ceiling = ceiling::ceiling(&bodies).await?;
+    Ok(WorkloadResult {
+        setup_id: setup.id.clone(),
+        description: setup.description.clone(),
+        requests: setup.requests(),
+        time_scale: setup.sim.time_scale,
+        routing: setup.routing,
+        ceiling,
+        trace_ceiling: setup.trace_ceiling,
+        runs,
+    })
+}

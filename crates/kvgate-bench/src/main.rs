@@ -1,0 +1,171 @@
+//! `kvgate-loadbench`: run the routing benchmark and write `routing.md` and
+//! `routing.svg` into `--out`.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+use kvgate::routing::Strategy;
+use kvgate_bench::report::{self, Context};
+use kvgate_bench::{Kind, STRATEGIES, bench, chart};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum WorkloadArg {
+    All,
+    LongContext,
+    MultiTurn,
+    Mooncake,
+    MooncakeConversation,
+    MooncakeSynthetic,
+}
+
+impl WorkloadArg {
+    fn kinds(self) -> Vec<Kind> {
+        match self {
+            WorkloadArg::All => Kind::ALL.to_vec(),
+            WorkloadArg::LongContext => vec![Kind::LongContext],
+            WorkloadArg::MultiTurn => vec![Kind::MultiTurn],
+            WorkloadArg::Mooncake => vec![Kind::MooncakeConversation, Kind::MooncakeSynthetic],
+            WorkloadArg::MooncakeConversation => vec![Kind::MooncakeConversation],
+            WorkloadArg::MooncakeSynthetic => vec![Kind::MooncakeSynthetic],
+        }
+    }
+}
+
+/// Compare kvgate's routing strategies on simulated vLLM instances, over HTTP.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Which workloads to run (repeatable).
+    #[arg(long, value_enum, default_values_t = [WorkloadArg::All])]
+    workload: Vec<WorkloadArg>,
+    /// A tiny run (seconds), for CI and smoke tests.
+    #[arg(long)]
+    quick: bool,
+    /// Directory for routing.md and routing.svg.
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+    /// Directory holding the Mooncake traces.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces"))]
+    traces: PathBuf,
+    /// Seed of the generated workloads.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Override every workload's time scale (real seconds per simulated second).
+    #[arg(long)]
+    time_scale: Option<f64>,
+    /// Override `prefix_aware`'s prefix_length (characters).
+    #[arg(long)]
+    prefix_length: Option<usize>,
+    /// Override `prefix_aware`'s concurrency_threshold.
+    #[arg(long)]
+    concurrency_threshold: Option<usize>,
+    /// Override `prefix_aware`'s balance factor (0 turns it off).
+    #[arg(long)]
+    balance_factor: Option<f64>,
+    /// Only these strategies (default: all four), e.g. `random,prefix_aware`.
+    #[arg(long, value_delimiter = ',')]
+    strategies: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut kinds: Vec<Kind> = args.workload.iter().flat_map(|w| w.kinds()).collect();
+    kinds.dedup();
+    let strategies = if args.strategies.is_empty() {
+        STRATEGIES.to_vec()
+    } else {
+        args.strategies
+            .iter()
+            .map(|s| Strategy::parse(s).with_context(|| format!("unknown strategy {s:?}")))
+            .collect::<anyhow::Result<Vec<_>>>()?
+    };
+    let mut results = Vec::new();
+    for kind in kinds {
+        let mut setup = kind.setup(args.quick, args.seed, &args.traces)?;
+        if let Some(ts) = args.time_scale {
+            setup.sim.time_scale = ts;
+        }
+        if let Some(n) = args.prefix_length {
+            setup.routing.prefix_length = n;
+        }
+        if let Some(n) = args.concurrency_threshold {
+            setup.routing.concurrency_threshold = n;
+        }
+        if let Some(c) = args.balance_factor {
+            setup.routing.balance_factor = (c > 0.0).then_some(c);
+        }
+        eprintln!("{}: {} requests", setup.id, setup.requests());
+        let result = bench(&setup, &strategies, "bench", |line| eprintln!("  {line}")).await?;
+        results.push(result);
+    }
+    let ctx = Context {
+        command: command_line(),
+        date: utc_now(),
+        machine: machine(),
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let md = args.out.join("routing.md");
+    std::fs::write(&md, report::markdown(&ctx, &results))?;
+    let svg = args.out.join("routing.svg");
+    let subtitle = format!("{} · {}", ctx.date, ctx.command);
+    std::fs::write(&svg, chart::svg(&results, &subtitle))?;
+    eprintln!("wrote {} and {}", md.display(), svg.display());
+    Ok(())
+}
+
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut cmd = "cargo run --release -p kvgate-bench --bin kvgate-loadbench --".to_owned();
+    for a in args {
+        cmd.push(' ');
+        cmd.push_str(&a);
+    }
+    cmd
+}
+
+/// `YYYY-MM-DD HH:MM UTC` from the system clock (civil-from-days, no date crate).
+fn utc_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3_600,
+        rem % 3_600 / 60
+    )
+}
+
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    format!(
+        "{cores} logical cores ({cpu}), {} {}, shared with other work; gateway, \
+         simulators and load generator in one process; {} build",
+        std::env::consts::OS,
+        std::env::consts::ARCH,
+        if cfg!(debug_assertions) { "debug" } else { "release" }
+    )
+}

@@ -1,0 +1,168 @@
+//! The Markdown report: how it was run, then a table per workload and the
+//! `prefix_aware`-against-`random` comparison, with workload 1's targets checked.
+
+use std::fmt::Write as _;
+
+use kvgate::routing::Strategy;
+
+use crate::{RunResult, WorkloadResult};
+
+/// Where and when it ran, for the report's header.
+#[derive(Clone, Debug)]
+pub struct Context {
+    /// The exact command line.
+    pub command: String,
+    /// UTC date and time.
+    pub date: String,
+    pub machine: String,
+}
+
+/// The whole report.
+pub fn markdown(ctx: &Context, results: &[WorkloadResult]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Routing quality: kvgate's strategies side by side\n");
+    let _ = writeln!(
+        s,
+        "Written by `kvgate-loadbench` (`crates/kvgate-bench`); the chart beside this \
+         file (`routing.svg`) comes from the same run.\n"
+    );
+    let _ = writeln!(s, "- Command: `{}`", ctx.command);
+    let _ = writeln!(s, "- Date: {}", ctx.date);
+    let _ = writeln!(s, "- Machine: {}\n", ctx.machine);
+    let _ = writeln!(
+        s,
+        "Every (workload, strategy) run gets a fresh fleet of `kvgate-sim` instances \
+         with cold caches and a fresh kvgate gateway, all in one process on 127.0.0.1, \
+         driven over HTTP with `stream: true`. KV hit rate is the instances' own \
+         cached ÷ prompt tokens; *ceiling* is the hit rate of the same requests sent \
+         one at a time to a single instance with an infinite cache. TTFT is the \
+         client's time to the first SSE chunk, in simulated time (real ÷ time_scale, \
+         so the real overheads of HTTP, the gateway and this shared machine count \
+         1/time_scale times over). Throughput: completed requests and output tokens \
+         per simulated second from the first send to the last completion (arrivals \
+         are open-loop, so it tracks the offered load unless the fleet falls \
+         behind). Shares: each instance's share of requests. Overflow and fallback: \
+         the gateway's `kvgate_routing_decisions_total` for the run's endpoint. \
+         Routing time: the gateway's `kvgate_routing_decision_seconds` (real time, \
+         bucket-interpolated).\n"
+    );
+    for w in results {
+        workload(&mut s, w);
+    }
+    s
+}
+
+fn workload(s: &mut String, w: &WorkloadResult) {
+    let _ = writeln!(s, "## {}\n", w.setup_id);
+    let _ = writeln!(s, "{}\n", w.description);
+    let r = w.routing;
+    let _ = writeln!(
+        s,
+        "`prefix_aware` settings: prefix_length {}, concurrency_threshold {}, \
+         balance_factor {}. time_scale {}. Ceiling (one infinite cache, these {} \
+         requests): {:.1}%.{}\n",
+        r.prefix_length,
+        r.concurrency_threshold,
+        r.balance_factor
+            .map_or_else(|| "none".to_owned(), |c| c.to_string()),
+        w.time_scale,
+        w.requests,
+        100.0 * w.ceiling,
+        w.trace_ceiling.map_or_else(String::new, |c| format!(
+            " Published ceiling of the whole trace: {:.1}%.",
+            100.0 * c
+        )),
+    );
+    let trace_col = w.trace_ceiling.is_some();
+    let _ = writeln!(
+        s,
+        "| strategy | KV hit | of ceiling |{} P50 TTFT | P90 TTFT | req/s | out tok/s | \
+         instance shares (%) | overflow | fallback | routing µs (mean / p99) | failed |",
+        if trace_col { " of trace ceiling |" } else { "" }
+    );
+    let _ = writeln!(
+        s,
+        "|---|---|---|{}---|---|---|---|---|---|---|---|---|",
+        if trace_col { "---|" } else { "" }
+    );
+    for run in &w.runs {
+        row(s, w, run, trace_col);
+    }
+    let _ = writeln!(s);
+    compare(s, w);
+}
+
+fn row(s: &mut String, w: &WorkloadResult, r: &RunResult, trace_col: bool) {
+    let shares: Vec<String> = r.shares.iter().map(|x| format!("{:.1}", 100.0 * x)).collect();
+    let trace = match (trace_col, w.trace_ceiling) {
+        (true, Some(c)) => format!(" {:.0}% |", 100.0 * r.hit_rate / c),
+        _ => String::new(),
+    };
+    let micros = |x: Option<f64>| x.map_or_else(|| "–".to_owned(), |v| format!("{:.0}", 1e6 * v));
+    let _ = writeln!(
+        s,
+        "| {} | {:.1}% | {:.0}% |{} {} | {} | {:.2} | {:.0} | {} | {} | {} | {} / {} | {} |",
+        r.strategy.as_str(),
+        100.0 * r.hit_rate,
+        100.0 * r.hit_rate / w.ceiling.max(1e-9),
+        trace,
+        ms(r.ttft_p50),
+        ms(r.ttft_p90),
+        r.requests_per_s,
+        r.output_tokens_per_s,
+        shares.join(" "),
+        r.decisions_of("overflow"),
+        r.decisions_of("fallback"),
+        micros(r.routing_mean),
+        micros(r.routing_p99),
+        r.failed,
+    );
+}
+
+fn ms(secs: f64) -> String {
+    if secs >= 10.0 {
+        format!("{secs:.1} s")
+    } else {
+        format!("{:.0} ms", 1000.0 * secs)
+    }
+}
+
+/// `prefix_aware` against `random`, and workload 1's targets.
+fn compare(s: &mut String, w: &WorkloadResult) {
+    let (Some(p), Some(b)) = (w.run(Strategy::PrefixAware), w.run(Strategy::Random)) else {
+        return;
+    };
+    let change = |new: f64, old: f64| 100.0 * (new - old) / old.max(1e-12);
+    let spread = p
+        .shares
+        .iter()
+        .map(|x| (x - 1.0 / p.shares.len().max(1) as f64).abs())
+        .fold(0.0, f64::max);
+    let _ = writeln!(
+        s,
+        "`prefix_aware` against `random`: KV hit {:.1}% → {:.1}% ({:.0}% of the ceiling); \
+         P50 TTFT {:+.0}%; P90 TTFT {:+.0}%; requests/s {:+.1}%; output tokens/s {:+.1}%; \
+         largest share deviation from 1/{} {:.1} points.\n",
+        100.0 * b.hit_rate,
+        100.0 * p.hit_rate,
+        100.0 * p.hit_rate / w.ceiling.max(1e-9),
+        change(p.ttft_p50, b.ttft_p50),
+        change(p.ttft_p90, b.ttft_p90),
+        change(p.requests_per_s, b.requests_per_s),
+        change(p.output_tokens_per_s, b.output_tokens_per_s),
+        p.shares.len(),
+        100.0 * spread,
+    );
+    if w.setup_id == "long-context" {
+        let check = |ok: bool| if ok { "met" } else { "NOT met" };
+        let _ = writeln!(
+            s,
+            "Targets (SageMaker's figures): prefix_aware hit ≥ 80%: {}; random hit ≤ 30%: \
+             {}; every share within 2 points of 1/7: {}; P50 TTFT reduction ≥ 70%: {}.\n",
+            check(p.hit_rate >= 0.80),
+            check(b.hit_rate <= 0.30),
+            check(spread <= 0.02),
+            check(change(p.ttft_p50, b.ttft_p50) <= -70.0),
+        );
+    }
+}

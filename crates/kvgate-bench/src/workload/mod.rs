@@ -1,0 +1,132 @@
+//! What a benchmark run sends: sessions of turns on a simulated clock, and the fleet
+//! and routing settings each workload is measured with.
+
+mod long_context;
+mod mooncake;
+mod multi_turn;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kvgate_sim::SimConfig;
+use rand::Rng;
+
+pub use mooncake::Trace;
+
+/// One client conversation (a single request is a one-turn session).
+#[derive(Clone, Debug)]
+pub struct Session {
+    /// Simulated time at which its first turn is sent.
+    pub start: Duration,
+    /// Shared system prompt, sent first in every turn's messages.
+    pub system: Option<Arc<str>>,
+    pub turns: Vec<Turn>,
+}
+
+/// One request of a session.
+#[derive(Clone, Debug)]
+pub struct Turn {
+    /// Simulated pause after the previous turn's answer before this one is sent.
+    pub think: Duration,
+    pub max_tokens: u32,
+    pub content: Content,
+}
+
+/// What a turn asks.
+#[derive(Clone, Debug)]
+pub enum Content {
+    /// A chat user message, appended to the session's history (and the answer after it).
+    Chat(String),
+    /// A completions prompt rebuilt from Mooncake block ids: `block_text(id, 512)`
+    /// for each id, cut to `tokens` simulated tokens.
+    Trace { hash_ids: Vec<u64>, tokens: usize },
+}
+
+/// The gateway's routing settings for the `prefix_aware` runs (the other
+/// strategies ignore them).
+#[derive(Clone, Copy, Debug)]
+pub struct Routing {
+    pub prefix_length: usize,
+    pub concurrency_threshold: usize,
+    pub balance_factor: Option<f64>,
+}
+
+/// A workload ready to run: its sessions, fleet and routing settings.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// Short id, used in endpoint names and the report (`long-context`, …).
+    pub id: String,
+    /// One paragraph for the report: what is sent and why these sizes.
+    pub description: String,
+    pub instances: usize,
+    pub sim: SimConfig,
+    pub routing: Routing,
+    pub sessions: Vec<Session>,
+    /// A published reuse ceiling to report the hit rate against (Mooncake).
+    pub trace_ceiling: Option<f64>,
+}
+
+impl Setup {
+    /// Requests the setup sends.
+    pub fn requests(&self) -> usize {
+        self.sessions.iter().map(|s| s.turns.len()).sum()
+    }
+}
+
+/// The workloads the CLI knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    LongContext,
+    MultiTurn,
+    MooncakeConversation,
+    MooncakeSynthetic,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [
+        Kind::LongContext,
+        Kind::MultiTurn,
+        Kind::MooncakeConversation,
+        Kind::MooncakeSynthetic,
+    ];
+
+    pub fn id(self) -> &'static str {
+        match self {
+            Kind::LongContext => "long-context",
+            Kind::MultiTurn => "multi-turn",
+            Kind::MooncakeConversation => "mooncake-conversation",
+            Kind::MooncakeSynthetic => "mooncake-synthetic",
+        }
+    }
+
+    /// Build the workload; `quick` makes a CI-sized one. Mooncake kinds read
+    /// `{traces}/mooncake_{conversation,synthetic}.jsonl`.
+    pub fn setup(self, quick: bool, seed: u64, traces: &Path) -> anyhow::Result<Setup> {
+        match self {
+            Kind::LongContext => Ok(long_context::setup(quick, seed)),
+            Kind::MultiTurn => Ok(multi_turn::setup(quick, seed)),
+            Kind::MooncakeConversation => {
+                mooncake::setup(Trace::Conversation, &traces.join(Trace::Conversation.file()), quick)
+            }
+            Kind::MooncakeSynthetic => {
+                mooncake::setup(Trace::Synthetic, &traces.join(Trace::Synthetic.file()), quick)
+            }
+        }
+    }
+}
+
+/// A Poisson process's next gap at `rate` per second.
+pub(crate) fn exp_gap(rng: &mut impl Rng, rate: f64) -> Duration {
+    let u: f64 = rng.random_range(f64::EPSILON..1.0);
+    Duration::from_secs_f64(-u.ln() / rate.max(f64::EPSILON))
+}
+
+/// A log-normal draw with this median and shape, clamped to `[lo, hi]`.
+pub(crate) fn log_normal(rng: &mut impl Rng, median: f64, sigma: f64, lo: f64, hi: f64) -> f64 {
+    // Box–Muller from two uniforms.
+    let u1: f64 = rng.random_range(f64::EPSILON..1.0);
+    let u2: f64 = rng.random();
+    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+    (median * (sigma * z).exp()).clamp(lo, hi)
+}

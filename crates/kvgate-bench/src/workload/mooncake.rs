@@ -1,0 +1,167 @@
+//! Workload 3: replay of the Mooncake (FAST'25) traces. Each request's prompt is
+//! `block_text(id, 512)` for each of its `hash_ids`, cut to `input_length` tokens,
+//! so equal ids share exactly the trace's reusable prefix.
+//!
+//! To run in minutes the replay keeps every k-th *prefix chain* (requests grouped by
+//! their first two block ids, selected by a fixed hash), so the reuse structure
+//! survives, and compresses time by the same k, so requests arrive at the
+//! trace's own rate.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use kvgate_sim::SimConfig;
+use serde::Deserialize;
+
+use super::{Content, Routing, Session, Setup, Turn};
+
+/// The two traces and their published single-infinite-cache reuse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trace {
+    Conversation,
+    Synthetic,
+}
+
+impl Trace {
+    pub fn file(self) -> &'static str {
+        match self {
+            Trace::Conversation => "mooncake_conversation.jsonl",
+            Trace::Synthetic => "mooncake_synthetic.jsonl",
+        }
+    }
+
+    /// Fraction of blocks a single infinite cache reuses over the whole trace.
+    pub fn ceiling(self) -> f64 {
+        match self {
+            Trace::Conversation => 0.366,
+            Trace::Synthetic => 0.640,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Line {
+    timestamp: u64,
+    input_length: usize,
+    output_length: u32,
+    hash_ids: Vec<u64>,
+}
+
+struct Params {
+    /// Keep one prefix chain in `keep_one_in`, and compress time by it.
+    keep_one_in: u64,
+    /// At most this many requests (quick mode).
+    limit: usize,
+    /// Cap on output tokens (quick mode), so a tiny run stays tiny.
+    max_output: u32,
+    time_scale: f64,
+}
+
+pub(super) fn setup(trace: Trace, path: &Path, quick: bool) -> anyhow::Result<Setup> {
+    let p = match (quick, trace) {
+        (true, _) => Params {
+            keep_one_in: 64,
+            limit: 24,
+            max_output: 32,
+            time_scale: 0.005,
+        },
+        (false, Trace::Conversation) => Params {
+            keep_one_in: 6,
+            limit: usize::MAX,
+            max_output: u32::MAX,
+            time_scale: 0.05,
+        },
+        (false, Trace::Synthetic) => Params {
+            keep_one_in: 3,
+            limit: usize::MAX,
+            max_output: u32::MAX,
+            time_scale: 0.05,
+        },
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let line: Line = serde_json::from_str(raw)
+            .with_context(|| format!("{}:{}: not a Mooncake record", path.display(), i + 1))?;
+        lines.push(line);
+    }
+    let total = lines.len();
+    let kept: Vec<Line> = lines
+        .into_iter()
+        .filter(|l| chain_hash(&l.hash_ids) % p.keep_one_in == 0)
+        .take(p.limit)
+        .collect();
+    let t0 = kept.first().map_or(0, |l| l.timestamp);
+    let k = p.keep_one_in as f64;
+    let sessions: Vec<Session> = kept
+        .into_iter()
+        .map(|l| Session {
+            start: Duration::from_secs_f64((l.timestamp - t0.min(l.timestamp)) as f64 / 1000.0 / k),
+            system: None,
+            turns: vec![Turn {
+                think: Duration::ZERO,
+                max_tokens: l.output_length.clamp(1, p.max_output),
+                content: Content::Trace {
+                    hash_ids: l.hash_ids,
+                    tokens: l.input_length,
+                },
+            }],
+        })
+        .collect();
+    let span = sessions.last().map_or(0.0, |s| s.start.as_secs_f64());
+    Ok(Setup {
+        id: format!(
+            "mooncake-{}",
+            match trace {
+                Trace::Conversation => "conversation",
+                Trace::Synthetic => "synthetic",
+            }
+        ),
+        description: format!(
+            "`{}`: {} of its {} requests (every prefix chain whose first two block ids hash \
+             to 0 mod {}), arrival times divided by {} so they come at the trace's own rate \
+             ({:.0} s simulated). Completions API; prompts rebuilt from `hash_ids` and cut to \
+             `input_length`; `max_tokens` = `output_length`. 7 instances of the preset \
+             (24,000 KV blocks each). Published single-infinite-cache ceiling of the whole \
+             trace: {:.1}%.",
+            trace.file(),
+            sessions.len(),
+            total,
+            p.keep_one_in,
+            p.keep_one_in,
+            span,
+            100.0 * trace.ceiling()
+        ),
+        instances: 7,
+        sim: SimConfig {
+            time_scale: p.time_scale,
+            ..SimConfig::llama70b_h100_tp4()
+        },
+        routing: Routing {
+            prefix_length: 4096,
+            concurrency_threshold: 64,
+            balance_factor: Some(1.25),
+        },
+        sessions,
+        trace_ceiling: Some(trace.ceiling()),
+    })
+}
+
+/// A fixed hash of a request's first two block ids: its prefix chain.
+fn chain_hash(ids: &[u64]) -> u64 {
+    ids.iter()
+        .take(2)
+        .fold(0x243f_6a88_85a3_08d3, |h, &id| splitmix(h ^ id))
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}

@@ -1,0 +1,260 @@
+//! The sweep's results as a text table with the recommendation, or as JSON.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::engine::RunStats;
+use super::sweep::{Fleet, Recommendation, Setting};
+
+/// The trace and its ceilings.
+#[derive(Debug, Clone, Serialize)]
+pub struct TraceSummary {
+    pub path: String,
+    pub requests: usize,
+    /// Seconds from first to last arrival, before the speed-up.
+    pub duration_s: f64,
+    /// Share of trace blocks seen before (infinite cache): Mooncake's figure.
+    pub ceiling_blocks: f64,
+    /// Share of prompt tokens an infinite cache would serve: the hit rate's own measure.
+    pub ceiling_tokens: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub setting: Setting,
+    #[serde(flatten)]
+    pub stats: RunStats,
+    /// Hit rate over `ceiling_tokens`.
+    pub of_ceiling: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub trace: TraceSummary,
+    pub fleet: Fleet,
+    pub rows: Vec<Row>,
+    pub recommendation: Option<Recommendation>,
+    /// Wall-clock seconds the sweep took, and on how many threads.
+    pub elapsed_s: f64,
+    pub threads: usize,
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn opt(v: Option<usize>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn signed_pct(x: Option<f64>) -> String {
+    x.map_or_else(|| "n/a".to_owned(), |x| format!("{:+.0}%", x * 100.0))
+}
+
+/// The human-readable report.
+pub fn text(r: &Report) -> String {
+    let mut s = String::new();
+    let t = &r.trace;
+    let f = &r.fleet;
+    let tm = &f.timing;
+    let _ = writeln!(
+        s,
+        "trace {}: {} requests over {:.0} s, replayed {}x faster ({:.0} s)",
+        t.path,
+        t.requests,
+        t.duration_s,
+        f.speedup,
+        t.duration_s / f.speedup
+    );
+    let _ = writeln!(
+        s,
+        "ceiling (infinite cache): {} of trace blocks reused, {} of prompt tokens (the hit rate's measure)",
+        pct(t.ceiling_blocks),
+        pct(t.ceiling_tokens)
+    );
+    let _ = writeln!(
+        s,
+        "fleet: {} instances x {} KV blocks of {} tokens ({}k tokens); prefill {:.0} tok/s, \
+         ITL {:.0} ms, max {} running, {} tokens a step; {} vnodes{}",
+        f.instances,
+        tm.cache_blocks,
+        tm.block_size,
+        tm.cache_blocks * tm.block_size / 1000,
+        tm.prefill_tokens_per_s,
+        tm.inter_token_latency_s * 1e3,
+        tm.max_running,
+        tm.max_batched_tokens,
+        f.virtual_nodes,
+        f.balance_factor
+            .map_or_else(String::new, |c| format!(", balance factor {c}"))
+    );
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:<27} {:>6} {:>6} {:>6} {:>7} {:>9} {:>8} {:>8} {:>8} {:>6} {:>8}",
+        "strategy",
+        "prefix",
+        "thresh",
+        "hit",
+        "of ceil",
+        "TTFT mean",
+        "P50",
+        "P90",
+        "P99",
+        "max sh",
+        "overflow"
+    );
+    for row in &r.rows {
+        let st = &row.stats;
+        let _ = writeln!(
+            s,
+            "{:<27} {:>6} {:>6} {:>6} {:>7} {:>9.0} {:>8.0} {:>8.0} {:>8.0} {:>6} {:>8}",
+            row.setting.strategy.as_str(),
+            opt(row.setting.prefix_length),
+            opt(row.setting.concurrency_threshold),
+            pct(st.hit_rate),
+            pct(row.of_ceiling),
+            st.ttft_mean_ms,
+            st.ttft_p50_ms,
+            st.ttft_p90_ms,
+            st.ttft_p99_ms,
+            pct(st.max_share),
+            pct(st.overflow)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "(TTFT in ms; max sh = busiest instance's share of requests; overflow = placed off the preferred instance)"
+    );
+    let rejected: usize = r
+        .rows
+        .iter()
+        .map(|row| row.stats.rejected)
+        .max()
+        .unwrap_or(0);
+    if rejected > 0 {
+        let _ = writeln!(
+            s,
+            "warning: up to {rejected} requests did not fit an empty instance's cache and were dropped"
+        );
+    }
+    let _ = writeln!(s);
+    match r
+        .recommendation
+        .as_ref()
+        .and_then(|rec| Some((rec, r.rows.get(rec.index)?)))
+    {
+        Some((rec, row)) => {
+            let st = &row.stats;
+            let _ = writeln!(
+                s,
+                "recommended: strategy {}, prefix_length {}, concurrency_threshold {}",
+                row.setting.strategy.as_str(),
+                opt(row.setting.prefix_length),
+                opt(row.setting.concurrency_threshold)
+            );
+            let _ = writeln!(
+                s,
+                "  P50 TTFT {:.0} ms ({} vs random), P90 {:.0} ms ({} vs random), hit rate {} ({} of ceiling), \
+                 busiest instance {} (balanced bound {}{})",
+                st.ttft_p50_ms,
+                signed_pct(rec.p50_vs_random),
+                st.ttft_p90_ms,
+                signed_pct(rec.p90_vs_random),
+                pct(st.hit_rate),
+                pct(row.of_ceiling),
+                pct(st.max_share),
+                pct(rec.max_share_bound),
+                if rec.balanced {
+                    ""
+                } else {
+                    "; NOT met by any setting"
+                }
+            );
+            let _ = writeln!(
+                s,
+                "  rule: least P50 + P90 TTFT among prefix_aware settings within the bound; within 2% of it, the higher hit rate"
+            );
+        }
+        None => {
+            let _ = writeln!(s, "recommended: nothing (no settings were run)");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "simulated {} settings in {:.2} s on {} threads",
+        r.rows.len(),
+        r.elapsed_s,
+        r.threads
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routing::Strategy;
+    use crate::simulate::instance::Timing;
+
+    #[test]
+    fn text_names_the_recommendation_and_json_round_trips() {
+        let stats = RunStats {
+            requests: 10,
+            rejected: 0,
+            hit_rate: 0.3,
+            ttft_mean_ms: 120.0,
+            ttft_p50_ms: 100.0,
+            ttft_p90_ms: 200.0,
+            ttft_p99_ms: 300.0,
+            shares: vec![0.5, 0.5],
+            max_share: 0.5,
+            overflow: 0.1,
+            makespan_s: 5.0,
+        };
+        let setting = Setting {
+            strategy: Strategy::PrefixAware,
+            prefix_length: Some(4096),
+            concurrency_threshold: Some(8),
+        };
+        let report = Report {
+            trace: TraceSummary {
+                path: "t.jsonl".into(),
+                requests: 10,
+                duration_s: 9.0,
+                ceiling_blocks: 0.4,
+                ceiling_tokens: 0.38,
+            },
+            fleet: Fleet {
+                instances: 2,
+                timing: Timing::from_sim(&kvgate_sim::SimConfig::default()),
+                speedup: 1.0,
+                virtual_nodes: 160,
+                balance_factor: None,
+            },
+            rows: vec![Row {
+                setting,
+                stats,
+                of_ceiling: 0.3 / 0.38,
+            }],
+            recommendation: Some(Recommendation {
+                index: 0,
+                balanced: true,
+                max_share_bound: 0.625,
+                p50_vs_random: Some(-0.7),
+                p90_vs_random: None,
+            }),
+            elapsed_s: 0.1,
+            threads: 2,
+        };
+        let out = text(&report);
+        assert!(
+            out.contains("prefix_length 4096, concurrency_threshold 8"),
+            "{out}"
+        );
+        assert!(out.contains("(-70% vs random)"), "{out}");
+        let json: serde_json::Value = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["rows"][0]["setting"]["strategy"], "prefix_aware");
+        assert_eq!(json["rows"][0]["ttft_p50_ms"], 100.0);
+    }
+}

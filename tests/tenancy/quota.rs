@@ -1,0 +1,212 @@
+//! Quotas: concurrency (held until the response ends or the client leaves),
+//! requests per minute, and tokens per minute settled with the upstream's
+//! reported usage. A refusal is a 429 with `retry-after` and `x-ratelimit-*`,
+//! reaches no upstream, and leaves other tenants alone.
+
+use futures_util::StreamExt;
+
+use super::*;
+
+async fn expect_429(resp: reqwest::Response, what: &str) -> u64 {
+    assert_eq!(resp.status(), 429, "{what}");
+    let retry: u64 = header(&resp, "retry-after").parse().unwrap();
+    assert!(retry >= 1, "{what}: retry-after {retry}");
+    assert!(
+        resp.headers()
+            .keys()
+            .any(|k| k.as_str().starts_with("x-ratelimit-")),
+        "{what}"
+    );
+    let v = error_body(resp, what).await;
+    assert_eq!(v["error"]["code"], "rate_limit_exceeded", "{what}: {v}");
+    retry
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_is_limited_until_a_client_leaves() {
+    let up = Upstream::start("u0", Mode::Hold).await;
+    let gw = Gateway::start(&jwt_config(
+        &[&up],
+        "tenants:\n  overrides:\n    acme: { max_concurrency: 2 }\n",
+    ))
+    .await;
+    let acme = hs256(&claims("acme"));
+    let url = gw.url("/v1/chat/completions");
+    let body = serde_json::to_vec(&small_chat("held")).unwrap();
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let req = client()
+                .post(&url)
+                .bearer_auth(&acme)
+                .body(body.clone())
+                .send();
+            tokio::spawn(req)
+        })
+        .collect();
+    eventually("both held requests reached the upstream", || up.hits() == 2).await;
+    let resp = chat(&gw, &acme, &small_chat("third")).await;
+    assert_eq!(header(&resp, "x-ratelimit-limit-concurrency"), "2");
+    expect_429(resp, "third concurrent request").await;
+    assert_eq!(up.hits(), 2, "the refused request was forwarded");
+    // Another tenant is not affected.
+    let other = tokio::spawn(
+        client()
+            .post(&url)
+            .bearer_auth(hs256(&claims("beta")))
+            .body(body.clone())
+            .send(),
+    );
+    eventually("the other tenant reached the upstream", || up.hits() == 3).await;
+    other.abort();
+    // One client leaves: its slot frees and the next request is admitted.
+    up.set_mode(Mode::Json);
+    held[0].abort();
+    let again = small_chat("again");
+    until(
+        "a slot to free",
+        || chat(&gw, &acme, &again),
+        |r| r.status() == 200,
+    )
+    .await;
+    held[1].abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_holds_its_slot_until_it_ends() {
+    let chunks: Vec<String> = (0..4).map(|i| format!("data: {{\"n\":{i}}}\n\n")).collect();
+    let up = Upstream::start(
+        "u0",
+        Mode::Stream {
+            chunks,
+            gap: Duration::from_millis(300),
+        },
+    )
+    .await;
+    let gw = Gateway::start(&jwt_config(
+        &[&up],
+        "tenants:\n  default: { max_concurrency: 1 }\n",
+    ))
+    .await;
+    let acme = hs256(&claims("acme"));
+    let resp = chat(&gw, &acme, &chat_body(MODEL, "s", "stream", true)).await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.bytes_stream();
+    let _first = body.next().await.unwrap().unwrap();
+    expect_429(
+        chat(&gw, &acme, &small_chat("while streaming")).await,
+        "during a stream",
+    )
+    .await;
+    while let Some(c) = body.next().await {
+        c.unwrap();
+    }
+    up.set_mode(Mode::Json);
+    let after = small_chat("after");
+    until(
+        "the stream's slot to free",
+        || chat(&gw, &acme, &after),
+        |r| r.status() == 200,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_per_minute_are_limited() {
+    let up = Upstream::start("u0", Mode::Json).await;
+    let gw = Gateway::start(&jwt_config(
+        &[&up],
+        "tenants:\n  overrides:\n    acme: { requests_per_minute: 2 }\n",
+    ))
+    .await;
+    let acme = hs256(&claims("acme"));
+    for left in ["1", "0"] {
+        let resp = chat(&gw, &acme, &small_chat("q")).await;
+        assert_eq!(resp.status(), 200);
+        assert_eq!(header(&resp, "x-ratelimit-limit-requests"), "2");
+        assert_eq!(header(&resp, "x-ratelimit-remaining-requests"), left);
+    }
+    let resp = chat(&gw, &acme, &small_chat("q")).await;
+    assert_eq!(header(&resp, "x-ratelimit-remaining-requests"), "0");
+    assert!(header(&resp, "x-ratelimit-reset-requests").ends_with('s'));
+    let retry = expect_429(resp, "third request in a minute").await;
+    assert!(retry <= 60, "retry-after {retry}");
+    assert_eq!(up.hits(), 2);
+    assert_eq!(
+        chat(&gw, &hs256(&claims("beta")), &small_chat("q"))
+            .await
+            .status(),
+        200
+    );
+}
+
+fn usage_stream(prompt_tokens: u64) -> Mode {
+    Mode::Stream {
+        chunks: vec![
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n".into(),
+            format!(
+                "data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":{prompt_tokens},\"prompt_tokens_details\":{{\"cached_tokens\":0}}}}}}\n\n"
+            ),
+            "data: [DONE]\n\n".into(),
+        ],
+        gap: Duration::from_millis(10),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_settled_with_the_reported_usage() {
+    // The upstream reports 5,000 prompt tokens for a ~60-token estimate: the
+    // tenant goes 4,000 into debt on a 1,000-a-minute quota.
+    let up = Upstream::start("u0", usage_stream(5000)).await;
+    let gw = Gateway::start(&jwt_config(
+        &[&up],
+        "tenants:\n  overrides:\n    acme: { tokens_per_minute: 1000 }\n",
+    ))
+    .await;
+    let acme = hs256(&claims("acme"));
+    let resp = chat(&gw, &acme, &chat_body(MODEL, "s", "q", true)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-ratelimit-limit-tokens"), "1000");
+    resp.bytes().await.unwrap();
+    // Settlement happens as the body ends; poll rather than race it.
+    let q = small_chat("q");
+    let resp = until("a 429", || chat(&gw, &acme, &q), |r| r.status() == 429).await;
+    assert_eq!(header(&resp, "x-ratelimit-remaining-tokens"), "0");
+    let retry = expect_429(resp, "tokens in debt").await;
+    // With only the estimate charged, the wait would be a few seconds at most.
+    assert!(
+        retry >= 120,
+        "retry-after {retry}: reported usage was not charged"
+    );
+    assert_eq!(
+        chat(&gw, &hs256(&claims("beta")), &small_chat("q"))
+            .await
+            .status(),
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_estimates_are_refunded() {
+    // The upstream reports 10 prompt tokens; each ~3 KB body is estimated at ~750.
+    let up = Upstream::start("u0", Mode::Json).await;
+    let gw = Gateway::start(&jwt_config(
+        &[&up],
+        "tenants:\n  default: { tokens_per_minute: 1000 }\n",
+    ))
+    .await;
+    let acme = hs256(&claims("acme"));
+    let big = chat_body(MODEL, &"x".repeat(2900), "q", false);
+    assert_eq!(chat(&gw, &acme, &big).await.status(), 200);
+    // Without the refund the bucket would hold ~250 for the next half minute.
+    until(
+        "the refund",
+        || chat(&gw, &acme, &big),
+        |r| r.status() == 200,
+    )
+    .await;
+    // A body estimated above the whole quota waits for a full bucket.
+    let huge = chat_body(MODEL, &"x".repeat(4400), "q", false);
+    let resp = until("a 429", || chat(&gw, &acme, &huge), |r| r.status() == 429).await;
+    let retry = expect_429(resp, "estimate above the quota").await;
+    assert!(retry <= 60, "retry-after {retry}");
+}
