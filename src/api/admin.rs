@@ -48,11 +48,18 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     )
 }
 
-/// The configured models in OpenAI's list shape.
-pub async fn models(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+/// The configured models this tenant may use, in OpenAI's list shape.
+pub async fn models(
+    State(state): State<Arc<AppState>>,
+    tenant: Option<axum::Extension<crate::tenancy::Tenant>>,
+) -> impl IntoResponse {
     let rt = state.runtime.load();
+    let tenant = tenant
+        .map(|t| t.0)
+        .unwrap_or_else(crate::tenancy::Tenant::anonymous);
     let data: Vec<_> = rt
         .models()
+        .filter(|(id, _)| rt.tenancy.may_use(&tenant, id))
         .map(|(id, endpoint)| json!({"id": id, "object": "model", "created": 0, "owned_by": endpoint}))
         .collect();
     Json(json!({"object": "list", "data": data}))

@@ -83,6 +83,16 @@ impl Tenancy {
         Ok(Tenant { id })
     }
 
+    /// Whether `tenant` may use `model` (its override's `models` list, if any).
+    pub fn may_use(&self, tenant: &Tenant, model: &str) -> bool {
+        self.config
+            .tenants
+            .limits(&tenant.id)
+            .models
+            .as_ref()
+            .is_none_or(|m| m.contains(model))
+    }
+
     /// Apply the tenant's model allow-list (403) and quotas (429); on success
     /// salt the body for the upstream cache and attach the admission ticket
     /// that the response body releases. Returns the `x-ratelimit-*` headers.

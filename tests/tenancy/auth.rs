@@ -246,6 +246,23 @@ async fn models_outside_the_allow_list_are_403() {
             .status(),
         200
     );
+    // /v1/models lists only what each tenant may use.
+    let listed = |token: String| {
+        let url = gw.url("/v1/models");
+        async move {
+            let resp = client().get(url).bearer_auth(token).send().await.unwrap();
+            let v: serde_json::Value =
+                serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+            v["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed(acme.clone()).await, vec!["other/model-2".to_owned()]);
+    assert_eq!(listed(hs256(&claims("beta"))).await.len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
