@@ -165,16 +165,15 @@ async fn saturate(url: &str, conc: usize, secs: f64) -> f64 {
         );
         tasks.push(tokio::spawn(async move {
             while Instant::now() < deadline {
-                if let Ok(r) = c
+                let sent = c
                     .post(&u)
                     .header("content-type", "application/json")
                     .body(BODY)
-                    .send()
-                    .await
+                    .send();
+                if let Ok(r) = sent.await
+                    && r.bytes().await.is_ok()
                 {
-                    if r.bytes().await.is_ok() {
-                        done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
+                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
         }));
