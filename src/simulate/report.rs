@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::engine::RunStats;
-use super::sweep::{Fleet, Recommendation, Setting};
+use super::sweep::{Fleet, Recommendation, Setting, TIE_BAND};
 
 /// The trace and its ceilings.
 #[derive(Debug, Clone, Serialize)]
@@ -172,9 +172,20 @@ pub fn text(r: &Report) -> String {
                     "; NOT met by any setting"
                 }
             );
+            if let Some(other) = rec.best_other.and_then(|i| r.rows.get(i)) {
+                let _ = writeln!(
+                    s,
+                    "  against {}, the best other strategy: P50 {}, P90 {}",
+                    other.setting.strategy.as_str(),
+                    signed_pct(rec.p50_vs_best_other),
+                    signed_pct(rec.p90_vs_best_other)
+                );
+            }
             let _ = writeln!(
                 s,
-                "  rule: least P50 + P90 TTFT among prefix_aware settings within the bound; within 2% of it, the higher hit rate"
+                "  rule: least P50 + P90 TTFT among prefix_aware settings within the bound; \
+                 within {:.0}% of it, the higher hit rate",
+                TIE_BAND * 100.0
             );
         }
         None => {
@@ -243,6 +254,9 @@ mod tests {
                 max_share_bound: 0.625,
                 p50_vs_random: Some(-0.7),
                 p90_vs_random: None,
+                best_other: None,
+                p50_vs_best_other: None,
+                p90_vs_best_other: None,
             }),
             elapsed_s: 0.1,
             threads: 2,

@@ -148,6 +148,10 @@ pub struct Recommendation {
     /// Relative P50 / P90 TTFT change against `random`, when random was run.
     pub p50_vs_random: Option<f64>,
     pub p90_vs_random: Option<f64>,
+    /// The best other strategy by the same score (index), and the change against it.
+    pub best_other: Option<usize>,
+    pub p50_vs_best_other: Option<f64>,
+    pub p90_vs_best_other: Option<f64>,
 }
 
 /// Scores within this fraction of the best count as tied (differences smaller
@@ -198,14 +202,16 @@ pub fn recommend(
                 .total_cmp(&a.hit_rate)
                 .then(score(a).total_cmp(&score(b)))
         })?;
+    let strategy_of = |i: usize| settings.get(i).map(|s| s.strategy);
     let random = runs
         .iter()
-        .find(|(i, _)| {
-            settings
-                .get(*i)
-                .is_some_and(|s| s.strategy == Strategy::Random)
-        })
+        .find(|(i, _)| strategy_of(*i) == Some(Strategy::Random))
         .map(|(_, r)| *r);
+    let other = runs
+        .iter()
+        .filter(|(i, _)| strategy_of(*i).is_some_and(|s| s != Strategy::PrefixAware))
+        .min_by(|(_, a), (_, b)| score(a).total_cmp(&score(b)))
+        .copied();
     let change = |new: f64, old: f64| (old > 0.0).then(|| new / old - 1.0);
     Some(Recommendation {
         index,
@@ -213,6 +219,9 @@ pub fn recommend(
         max_share_bound: bound,
         p50_vs_random: random.and_then(|r| change(best.ttft_p50_ms, r.ttft_p50_ms)),
         p90_vs_random: random.and_then(|r| change(best.ttft_p90_ms, r.ttft_p90_ms)),
+        best_other: other.map(|(i, _)| i),
+        p50_vs_best_other: other.and_then(|(_, r)| change(best.ttft_p50_ms, r.ttft_p50_ms)),
+        p90_vs_best_other: other.and_then(|(_, r)| change(best.ttft_p90_ms, r.ttft_p90_ms)),
     })
 }
 

@@ -66,6 +66,7 @@ fn recommends_the_fastest_balanced_setting() {
     assert!((r.max_share_bound - 1.25 / 7.0).abs() < 1e-12);
     assert!((r.p50_vs_random.unwrap() + 0.8).abs() < 1e-12);
     assert!((r.p90_vs_random.unwrap() - (800.0 / 3000.0 - 1.0)).abs() < 1e-12);
+    assert_eq!(r.best_other, Some(0), "random is the only other strategy");
     // Nothing balanced: the fastest regardless, flagged.
     let r = recommend(&settings, &results, 7, -1.0).unwrap();
     assert_eq!((r.index, r.balanced), (1, false));

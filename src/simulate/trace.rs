@@ -26,15 +26,14 @@ pub struct TraceRequest {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("cannot read {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("line {line}: {source}")]
+    // Fields named `error`, not `source`: the message already carries the cause,
+    // and anyhow's `{:#}` would print it twice.
+    #[error("cannot read {path}: {error}")]
+    Io { path: String, error: std::io::Error },
+    #[error("line {line}: {error}")]
     Json {
         line: usize,
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
     #[error("line {line}: timestamp {value} is not a finite, non-negative number of ms")]
     Timestamp { line: usize, value: f64 },
@@ -51,10 +50,8 @@ pub fn parse(text: &str) -> Result<Vec<TraceRequest>, TraceError> {
         if line.is_empty() {
             continue;
         }
-        let req: TraceRequest = serde_json::from_str(line).map_err(|source| TraceError::Json {
-            line: i + 1,
-            source,
-        })?;
+        let req: TraceRequest =
+            serde_json::from_str(line).map_err(|error| TraceError::Json { line: i + 1, error })?;
         if !(req.timestamp.is_finite() && req.timestamp >= 0.0) {
             return Err(TraceError::Timestamp {
                 line: i + 1,
@@ -72,9 +69,9 @@ pub fn parse(text: &str) -> Result<Vec<TraceRequest>, TraceError> {
 
 /// Read and parse a trace file.
 pub fn load(path: &Path) -> Result<Vec<TraceRequest>, TraceError> {
-    let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io {
+    let text = std::fs::read_to_string(path).map_err(|error| TraceError::Io {
         path: path.display().to_string(),
-        source,
+        error,
     })?;
     parse(&text)
 }

@@ -1,14 +1,15 @@
 //! A trace turned into what the simulated fleet sees: each request's chained
-//! KV-block hashes (kvgate-sim's 16-token blocks), its routing key for a given
-//! `prefix_length`, and the token-level hit-rate ceiling.
+//! KV-block hashes (blocks of `block_size` tokens: 16 as in kvgate-sim, or the
+//! trace's 512), its routing key for a given `prefix_length`, and the
+//! token-level hit-rate ceiling.
 //!
 //! **Blocks.** Trace block `i` (tokens `512i..512i+512`) gets the chained hash
 //! `c_i = xxh3(id_i; seed c_{i−1})`, so equal chains mean equal text up to there,
-//! as with vLLM's chained block hashes. The KV block `b` (tokens `16b..16b+16`)
-//! is keyed by the chain of the trace block holding its last token and by `b`,
-//! so two requests share it exactly when their first `16(b+1)` tokens are equal.
-//! Tokens past the ids a line lists are unique to that request. Only full blocks
-//! are hashed, as in kvgate-sim.
+//! as with vLLM's chained block hashes. The KV block `b` (tokens `sb..sb+s`,
+//! `s = block_size`) is keyed by the chain of the trace block holding its last
+//! token and by `b`, so two requests share it exactly when their first `s(b+1)`
+//! tokens are equal. Tokens past the ids a line lists are unique to that
+//! request. Only full blocks are hashed, as in kvgate-sim.
 //!
 //! **Routing window.** The gateway hashes the first `prefix_length` characters of
 //! the prompt; kvgate-sim counts 4 characters a token (`BYTES_PER_TOKEN`), so the
