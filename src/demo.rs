@@ -81,11 +81,13 @@ kvgate demo: gateway on http://{addr} in front of {n} simulated vLLM instances
   ({fleet})
   model "{model}"; routing prefix_aware (prefix_length 4096, concurrency_threshold 10)
 
-Try it (the second call shares the long system prompt and lands on the same, now warm, instance):
+Try it: run the curl twice. The second call shares the long system prompt, lands on the
+same (now warm) instance, reports cached_tokens and answers much sooner:
 
-  SYS=$(printf 'You are a helpful assistant for ACME. %.0s' $(seq 200))
-  curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' \
-    -d "{{\"model\":\"{model}\",\"messages\":[{{\"role\":\"system\",\"content\":\"$SYS\"}},{{\"role\":\"user\",\"content\":\"hi\"}}]}}" | head -c 600; echo
+  SYS=$(printf 'You are a helpful assistant for ACME. %.0s' $(seq 400))
+  curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' -w '\ntime %{{time_total}}s\n' \
+    -d "{{\"model\":\"{model}\",\"max_tokens\":1,\"messages\":[{{\"role\":\"system\",\"content\":\"$SYS\"}},{{\"role\":\"user\",\"content\":\"hi\"}}]}}" \
+    | grep -o '"usage".*\|time .*'
 
   curl -s http://{addr}/v1/models
   curl -s http://{addr}/metrics | grep kvgate_routing_decisions_total
