@@ -4,16 +4,14 @@
 
 use std::fmt::Write as _;
 
-use kvgate::routing::Strategy;
-
-use crate::{RunResult, STRATEGIES, WorkloadResult};
+use crate::{Arm, RunResult, WorkloadResult};
 
 const PANEL_W: f64 = 380.0;
 const PANEL_H: f64 = 300.0;
 const LEFT: f64 = 50.0;
-const TOP: f64 = 50.0;
+const TOP: f64 = 66.0;
 const BOTTOM: f64 = 70.0;
-const COLORS: [&str; 4] = ["#9e9e9e", "#64b5f6", "#ffb74d", "#2e7d32"];
+const COLORS: [&str; 5] = ["#9e9e9e", "#64b5f6", "#ffb74d", "#2e7d32", "#a5d6a7"];
 
 struct Panel {
     title: &'static str,
@@ -34,13 +32,13 @@ pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
         },
         Panel {
             title: "P50 TTFT, % of random's",
-            max: 120.0,
+            max: 125.0,
             value: |w, r| relative(w, r, |x| x.ttft_p50),
             ceiling: false,
         },
         Panel {
             title: "P90 TTFT, % of random's",
-            max: 120.0,
+            max: 125.0,
             value: |w, r| relative(w, r, |x| x.ttft_p90),
             ceiling: false,
         },
@@ -57,7 +55,11 @@ pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
         s,
         r#"<text x="{LEFT}" y="18" font-size="14" font-weight="bold">kvgate routing strategies on a simulated 7-instance vLLM fleet</text>"#
     );
-    let _ = writeln!(s, r##"<text x="{LEFT}" y="34" fill="#555">{}</text>"##, escape(subtitle));
+    let _ = writeln!(
+        s,
+        r##"<text x="{LEFT}" y="34" fill="#555">{}</text>"##,
+        escape(subtitle)
+    );
     for (i, p) in panels.iter().enumerate() {
         let x0 = LEFT + i as f64 * (PANEL_W + LEFT);
         panel(&mut s, x0, p, results);
@@ -68,7 +70,7 @@ pub fn svg(results: &[WorkloadResult], subtitle: &str) -> String {
 }
 
 fn relative(w: &WorkloadResult, r: &RunResult, f: fn(&RunResult) -> f64) -> Option<f64> {
-    let base = f(w.run(Strategy::Random)?);
+    let base = f(w.run(Arm::Random)?);
     (base > 0.0).then(|| 100.0 * f(r) / base)
 }
 
@@ -93,11 +95,11 @@ fn panel(s: &mut String, x0: f64, p: &Panel, results: &[WorkloadResult]) {
         );
     }
     let group_w = PANEL_W / results.len().max(1) as f64;
-    let bar_w = group_w * 0.8 / STRATEGIES.len() as f64;
+    let bar_w = group_w * 0.8 / Arm::ALL.len() as f64;
     for (g, w) in results.iter().enumerate() {
         let gx = x0 + g as f64 * group_w + group_w * 0.1;
-        for (b, strategy) in STRATEGIES.iter().enumerate() {
-            let Some(v) = w.run(*strategy).and_then(|r| (p.value)(w, r)) else {
+        for (b, arm) in Arm::ALL.iter().enumerate() {
+            let Some(v) = w.run(*arm).and_then(|r| (p.value)(w, r)) else {
                 continue;
             };
             let bx = gx + b as f64 * bar_w;
@@ -109,7 +111,7 @@ fn panel(s: &mut String, x0: f64, p: &Panel, results: &[WorkloadResult]) {
                 TOP + PANEL_H - y(v),
                 COLORS[b % COLORS.len()],
                 escape(&w.setup_id),
-                strategy.as_str(),
+                arm.label(),
             );
             if v > p.max {
                 let _ = writeln!(
@@ -128,13 +130,17 @@ fn panel(s: &mut String, x0: f64, p: &Panel, results: &[WorkloadResult]) {
                 gx + group_w * 0.8
             );
         }
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            gx + group_w * 0.4,
-            TOP + PANEL_H + 16.0,
-            escape(&w.setup_id)
-        );
+        // `mooncake-conversation` → two lines, `mooncake` over `conversation`.
+        let (first, second) = w.setup_id.split_once('-').unwrap_or((&w.setup_id, ""));
+        for (line, text) in [first, second].into_iter().enumerate() {
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                gx + group_w * 0.4,
+                TOP + PANEL_H + 16.0 + 13.0 * line as f64,
+                escape(text)
+            );
+        }
     }
     let _ = writeln!(
         s,
@@ -145,8 +151,8 @@ fn panel(s: &mut String, x0: f64, p: &Panel, results: &[WorkloadResult]) {
 }
 
 fn legend(s: &mut String, y: f64) {
-    for (i, strategy) in STRATEGIES.iter().enumerate() {
-        let x = LEFT + i as f64 * 220.0;
+    for (i, arm) in Arm::ALL.iter().enumerate() {
+        let x = LEFT + i as f64 * 230.0;
         let _ = writeln!(
             s,
             r#"<rect x="{x:.1}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
@@ -154,7 +160,7 @@ fn legend(s: &mut String, y: f64) {
             COLORS[i % COLORS.len()],
             x + 18.0,
             y,
-            strategy.as_str()
+            arm.label()
         );
     }
 }

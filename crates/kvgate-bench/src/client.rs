@@ -16,6 +16,7 @@ pub struct Outcome {
     pub total: Duration,
     /// Concatenated `delta.content` / `text` of the chunks (only when asked for).
     pub text: String,
+    pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub cached_tokens: u64,
     /// `None` when the request succeeded: an HTTP status ≥ 400, a transport error
@@ -44,7 +45,10 @@ pub async fn send(client: &reqwest::Client, url: &str, body: Bytes, keep_text: b
     let status = resp.status();
     if !status.is_success() {
         let text = resp.text().await.unwrap_or_default();
-        out.error = Some(format!("HTTP {status}: {}", text.chars().take(200).collect::<String>()));
+        out.error = Some(format!(
+            "HTTP {status}: {}",
+            text.chars().take(200).collect::<String>()
+        ));
         out.total = start.elapsed();
         return out;
     }
@@ -100,18 +104,20 @@ fn read_chunk(data: &[u8], keep_text: bool, out: &mut Outcome) {
     let Ok(v) = serde_json::from_slice::<Value>(data) else {
         return;
     };
-    if keep_text {
-        if let Some(choice) = v.pointer("/choices/0") {
-            let piece = choice
-                .pointer("/delta/content")
-                .or_else(|| choice.get("text"))
-                .and_then(Value::as_str);
-            if let Some(piece) = piece {
-                out.text.push_str(piece);
-            }
+    if let Some(choice) = v.pointer("/choices/0").filter(|_| keep_text) {
+        let piece = choice
+            .pointer("/delta/content")
+            .or_else(|| choice.get("text"))
+            .and_then(Value::as_str);
+        if let Some(piece) = piece {
+            out.text.push_str(piece);
         }
     }
     if let Some(usage) = v.get("usage").filter(|u| u.is_object()) {
+        out.prompt_tokens = usage
+            .get("prompt_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         out.completion_tokens = usage
             .get("completion_tokens")
             .and_then(Value::as_u64)
@@ -134,7 +140,11 @@ mod tests {
     #[test]
     fn chunks_give_text_and_usage() {
         let mut out = Outcome::default();
-        read_chunk(br#"{"choices":[{"delta":{"content":" the"}}]}"#, true, &mut out);
+        read_chunk(
+            br#"{"choices":[{"delta":{"content":" the"}}]}"#,
+            true,
+            &mut out,
+        );
         read_chunk(br#"{"choices":[{"text":" kv"}]}"#, true, &mut out);
         read_chunk(
             br#"{"choices":[],"usage":{"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":32}}}"#,

@@ -21,6 +21,8 @@ const TRACE_BLOCK_TOKENS: usize = 512;
 pub struct Record {
     /// Real time since the run began at which it was sent.
     pub sent: Duration,
+    /// Its turn in its session, from 0.
+    pub turn: usize,
     pub outcome: Outcome,
     /// The body sent, when the run records them (for the ceiling pass).
     pub body: Option<Bytes>,
@@ -67,7 +69,7 @@ async fn play(target: &Target, session: &Session, t0: Instant) -> Vec<Record> {
         history.push(json!({"role": "system", "content": &**system}));
     }
     let mut records = Vec::with_capacity(session.turns.len());
-    for turn in &session.turns {
+    for (index, turn) in session.turns.iter().enumerate() {
         if !turn.think.is_zero() {
             tokio::time::sleep(scale(turn.think, target.time_scale)).await;
         }
@@ -82,6 +84,7 @@ async fn play(target: &Target, session: &Session, t0: Instant) -> Vec<Record> {
         }
         records.push(Record {
             sent,
+            turn: index,
             outcome,
             body: target.record_bodies.then_some(body),
         });
@@ -93,7 +96,11 @@ async fn play(target: &Target, session: &Session, t0: Instant) -> Vec<Record> {
 }
 
 /// The path, body and whether it is chat (whose answer joins the history).
-fn request(target: &Target, history: &mut Vec<Value>, turn: &Turn) -> (&'static str, Vec<u8>, bool) {
+fn request(
+    target: &Target,
+    history: &mut Vec<Value>,
+    turn: &Turn,
+) -> (&'static str, Vec<u8>, bool) {
     match &turn.content {
         Content::Chat(user) => {
             history.push(json!({"role": "user", "content": user}));

@@ -1,27 +1,19 @@
 //! A fresh fleet for one run: simulated instances with cold caches and the real
 //! gateway in front of them, each on its own 127.0.0.1 port, in this process.
-//!
-//! The instances are served here rather than with `kvgate_sim::spawn` so their
-//! sockets get `TCP_NODELAY`, as vLLM's (uvicorn's) do: without it a streamed
-//! answer's first chunk, written right after the headers, waits for the
-//! gateway's delayed ACK (≈ 40 ms on Linux), which at a fast time scale would
-//! add seconds of simulated TTFT to every cache hit.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use axum::serve::ListenerExt;
-use kvgate::routing::Strategy;
-use kvgate_sim::{SimConfig, SimServer, SimStats};
+use kvgate_sim::{SimConfig, SimHandle, SimStats, spawn};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::arm::Arm;
 use crate::workload::Setup;
 
 /// Simulated instances and the gateway routing to them.
 pub struct Fleet {
-    pub sims: Vec<Sim>,
+    pub sims: Vec<SimHandle>,
     /// `http://127.0.0.1:PORT` of the gateway.
     pub gateway: String,
     /// The endpoint (and model) name, unique to this run so its metrics are its own.
@@ -31,17 +23,17 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Spawn `setup.instances` simulators and a gateway with `strategy`.
-    pub async fn start(setup: &Setup, strategy: Strategy, endpoint: &str) -> anyhow::Result<Self> {
+    /// Spawn `setup.instances` simulators and a gateway configured for `arm`.
+    pub async fn start(setup: &Setup, arm: Arm, endpoint: &str) -> anyhow::Result<Self> {
         let mut sims = Vec::with_capacity(setup.instances);
         for i in 0..setup.instances {
             let cfg = SimConfig {
                 name: format!("sim-{i}"),
                 ..setup.sim.clone()
             };
-            sims.push(Sim::start(cfg).await?);
+            sims.push(spawn(cfg, SocketAddr::from(([127, 0, 0, 1], 0))).await?);
         }
-        let yaml = config_yaml(setup, strategy, endpoint, &sims);
+        let yaml = config_yaml(setup, arm, endpoint, &sims);
         let config = kvgate::Config::from_yaml(&yaml)
             .map_err(|e| anyhow::anyhow!("gateway config: {e}\n{yaml}"))?;
         let state = kvgate::build_state(config)?;
@@ -74,57 +66,14 @@ impl Fleet {
             let _ = task.await;
         }
         for sim in self.sims.drain(..) {
-            sim.shutdown().await;
+            let _ = sim.shutdown().await;
         }
-    }
-}
-
-/// One simulated instance served on a loopback port with `TCP_NODELAY`.
-pub struct Sim {
-    pub addr: SocketAddr,
-    pub server: Arc<SimServer>,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<std::io::Result<()>>,
-}
-
-impl Sim {
-    async fn start(cfg: SimConfig) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
-        let addr = listener.local_addr()?;
-        let server = SimServer::new(cfg);
-        let app = server.router();
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await
-        });
-        Ok(Self {
-            addr,
-            server,
-            stop,
-            task,
-        })
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    async fn shutdown(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
     }
 }
 
 /// The gateway's YAML: one endpoint serving model `endpoint`, instance ids
 /// `sim-0` … in fleet order, health probes left at their defaults.
-fn config_yaml(setup: &Setup, strategy: Strategy, endpoint: &str, sims: &[Sim]) -> String {
+fn config_yaml(setup: &Setup, arm: Arm, endpoint: &str, sims: &[SimHandle]) -> String {
     let instances: String = sims
         .iter()
         .map(|s| {
@@ -135,7 +84,7 @@ fn config_yaml(setup: &Setup, strategy: Strategy, endpoint: &str, sims: &[Sim]) 
             )
         })
         .collect();
-    let r = setup.routing;
+    let r = arm.routing(setup.routing);
     let balance = r
         .balance_factor
         .map(|c| format!("      balance_factor: {c}\n"))
@@ -157,7 +106,7 @@ endpoints:
       prefix_length: {prefix_length}
       concurrency_threshold: {threshold}
 {balance}"#,
-        strategy = strategy.as_str(),
+        strategy = arm.strategy().as_str(),
         prefix_length = r.prefix_length,
         threshold = r.concurrency_threshold,
     )

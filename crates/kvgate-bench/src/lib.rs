@@ -19,6 +19,7 @@
 //!
 //! [`report`] writes the Markdown table and [`chart`] the SVG.
 
+pub mod arm;
 pub mod ceiling;
 pub mod chart;
 pub mod client;
@@ -29,20 +30,11 @@ pub mod report;
 pub mod run;
 pub mod workload;
 
-use kvgate::routing::Strategy;
-
+pub use arm::Arm;
 pub use run::RunResult;
 pub use workload::{Kind, Setup};
 
-/// The strategies compared, baseline first.
-pub const STRATEGIES: [Strategy; 4] = [
-    Strategy::Random,
-    Strategy::RoundRobin,
-    Strategy::LeastOutstandingRequests,
-    Strategy::PrefixAware,
-];
-
-/// One workload under every strategy.
+/// One workload under every arm.
 #[derive(Clone, Debug)]
 pub struct WorkloadResult {
     pub setup_id: String,
@@ -58,27 +50,27 @@ pub struct WorkloadResult {
 }
 
 impl WorkloadResult {
-    pub fn run(&self, strategy: Strategy) -> Option<&RunResult> {
-        self.runs.iter().find(|r| r.strategy == strategy)
+    pub fn run(&self, arm: Arm) -> Option<&RunResult> {
+        self.runs.iter().find(|r| r.arm == arm)
     }
 }
 
-/// Run `setup` under each of `strategies` in turn; `tag` keeps endpoint names
+/// Run `setup` under each of `arms` in turn; `tag` keeps endpoint names
 /// (and so metric labels) unique in this process. `progress` hears a line a run.
 pub async fn bench(
     setup: &Setup,
-    strategies: &[Strategy],
+    arms: &[Arm],
     tag: &str,
     mut progress: impl FnMut(&str),
 ) -> anyhow::Result<WorkloadResult> {
-    let mut runs = Vec::with_capacity(strategies.len());
+    let mut runs = Vec::with_capacity(arms.len());
     let mut bodies = Vec::new();
-    for (i, &strategy) in strategies.iter().enumerate() {
-        let mut r = run::run(setup, strategy, tag, i == 0).await?;
+    for (i, &arm) in arms.iter().enumerate() {
+        let mut r = run::run(setup, arm, tag, i == 0).await?;
         progress(&format!(
             "{:<22} {:<27} hit {:>5.1}%  p50 {:>6.0} ms  p90 {:>6.0} ms  (engine {:>6.0} / {:>6.0} ms)  overflow {}  failed {}  wall {:.1} s",
             setup.id,
-            strategy.as_str(),
+            arm.label(),
             100.0 * r.hit_rate,
             1000.0 * r.ttft_p50,
             1000.0 * r.ttft_p90,

@@ -6,9 +6,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
-use kvgate::routing::Strategy;
 use kvgate_bench::report::{self, Context};
-use kvgate_bench::{Kind, STRATEGIES, bench, chart};
+use kvgate_bench::{Arm, Kind, bench, chart};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum WorkloadArg {
@@ -64,7 +63,8 @@ struct Args {
     /// Override `prefix_aware`'s balance factor (0 turns it off).
     #[arg(long)]
     balance_factor: Option<f64>,
-    /// Only these strategies (default: all four), e.g. `random,prefix_aware`.
+    /// Only these arms (default: all), e.g. `random,prefix_aware`; also
+    /// `prefix_aware_unbounded` (no balance factor).
     #[arg(long, value_delimiter = ',')]
     strategies: Vec<String>,
 }
@@ -74,12 +74,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut kinds: Vec<Kind> = args.workload.iter().flat_map(|w| w.kinds()).collect();
     kinds.dedup();
-    let strategies = if args.strategies.is_empty() {
-        STRATEGIES.to_vec()
+    let arms = if args.strategies.is_empty() {
+        Arm::ALL.to_vec()
     } else {
         args.strategies
             .iter()
-            .map(|s| Strategy::parse(s).with_context(|| format!("unknown strategy {s:?}")))
+            .map(|s| Arm::parse(s).with_context(|| format!("unknown strategy {s:?}")))
             .collect::<anyhow::Result<Vec<_>>>()?
     };
     let mut results = Vec::new();
@@ -98,7 +98,7 @@ async fn main() -> anyhow::Result<()> {
             setup.routing.balance_factor = (c > 0.0).then_some(c);
         }
         eprintln!("{}: {} requests", setup.id, setup.requests());
-        let result = bench(&setup, &strategies, "bench", |line| eprintln!("  {line}")).await?;
+        let result = bench(&setup, &arms, "bench", |line| eprintln!("  {line}")).await?;
         results.push(result);
     }
     let ctx = Context {
@@ -166,6 +166,10 @@ fn machine() -> String {
          simulators and load generator in one process; {} build",
         std::env::consts::OS,
         std::env::consts::ARCH,
-        if cfg!(debug_assertions) { "debug" } else { "release" }
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
     )
 }

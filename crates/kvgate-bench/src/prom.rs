@@ -180,7 +180,11 @@ impl Histogram {
                     return Some(lo);
                 }
                 let width = cum - below;
-                let frac = if width > 0.0 { (rank - below) / width } else { 1.0 };
+                let frac = if width > 0.0 {
+                    (rank - below) / width
+                } else {
+                    1.0
+                };
                 return Some(lo + (le - lo) * frac);
             }
             (lo, below) = (le, cum);

@@ -3,9 +3,7 @@
 
 use std::fmt::Write as _;
 
-use kvgate::routing::Strategy;
-
-use crate::{RunResult, WorkloadResult};
+use crate::{Arm, RunResult, WorkloadResult};
 
 /// Where and when it ran, for the report's header.
 #[derive(Clone, Debug)]
@@ -38,13 +36,18 @@ pub fn markdown(ctx: &Context, results: &[WorkloadResult]) -> String {
          one at a time to a single instance with an infinite cache. TTFT is the \
          client's time to the first SSE chunk, in simulated time (real ÷ time_scale, \
          so the real overheads of HTTP, the gateway and this shared machine count \
-         1/time_scale times over). Throughput: completed requests and output tokens \
+         1/time_scale times over); *engine* TTFT is the instances' own \
+         `vllm:time_to_first_token_seconds` histogram (simulated clock, merged over the fleet, \
+         bucket-interpolated), i.e. the same requests without those overheads. Throughput: completed requests and output tokens \
          per simulated second from the first send to the last completion (arrivals \
          are open-loop, so it tracks the offered load unless the fleet falls \
          behind). Shares: each instance's share of requests. Overflow and fallback: \
          the gateway's `kvgate_routing_decisions_total` for the run's endpoint. \
          Routing time: the gateway's `kvgate_routing_decision_seconds` (real time, \
-         bucket-interpolated).\n"
+         bucket-interpolated). `prefix_aware_unbounded` is `prefix_aware` with the same \
+         settings but no balance factor (plain consistent hashing up to \
+         concurrency_threshold): what the balance factor costs in hits and buys in \
+         balance.\n"
     );
     for w in results {
         workload(&mut s, w);
@@ -76,24 +79,44 @@ fn workload(s: &mut String, w: &WorkloadResult) {
     let trace_col = w.trace_ceiling.is_some();
     let _ = writeln!(
         s,
-        "| strategy | KV hit | of ceiling |{} P50 TTFT | P90 TTFT | req/s | out tok/s | \
-         instance shares (%) | overflow | fallback | routing µs (mean / p99) | failed |",
+        "| strategy | KV hit | of ceiling |{} P50 TTFT | P90 TTFT | engine P50 / P90 | req/s | \
+         out tok/s | instance shares (%) | overflow | fallback | routing µs (mean / p99) | \
+         failed |",
         if trace_col { " of trace ceiling |" } else { "" }
     );
     let _ = writeln!(
         s,
-        "|---|---|---|{}---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|{}---|---|---|---|---|---|---|---|---|---|",
         if trace_col { "---|" } else { "" }
     );
     for run in &w.runs {
         row(s, w, run, trace_col);
     }
     let _ = writeln!(s);
+    for run in w.runs.iter().filter(|r| r.hit_by_turn.is_some()) {
+        if let Some([a, b, c]) = run.hit_by_turn {
+            let _ = writeln!(
+                s,
+                "- `{}` hit rate by turn: first {:.1}%, second {:.1}%, third and later {:.1}%",
+                run.arm.label(),
+                100.0 * a,
+                100.0 * b,
+                100.0 * c
+            );
+        }
+    }
+    if w.runs.iter().any(|r| r.hit_by_turn.is_some()) {
+        let _ = writeln!(s);
+    }
     compare(s, w);
 }
 
 fn row(s: &mut String, w: &WorkloadResult, r: &RunResult, trace_col: bool) {
-    let shares: Vec<String> = r.shares.iter().map(|x| format!("{:.1}", 100.0 * x)).collect();
+    let shares: Vec<String> = r
+        .shares
+        .iter()
+        .map(|x| format!("{:.1}", 100.0 * x))
+        .collect();
     let trace = match (trace_col, w.trace_ceiling) {
         (true, Some(c)) => format!(" {:.0}% |", 100.0 * r.hit_rate / c),
         _ => String::new(),
@@ -101,13 +124,15 @@ fn row(s: &mut String, w: &WorkloadResult, r: &RunResult, trace_col: bool) {
     let micros = |x: Option<f64>| x.map_or_else(|| "–".to_owned(), |v| format!("{:.0}", 1e6 * v));
     let _ = writeln!(
         s,
-        "| {} | {:.1}% | {:.0}% |{} {} | {} | {:.2} | {:.0} | {} | {} | {} | {} / {} | {} |",
-        r.strategy.as_str(),
+        "| {} | {:.1}% | {:.0}% |{} {} | {} | {} / {} | {:.2} | {:.0} | {} | {} | {} | {} / {} | {} |",
+        r.arm.label(),
         100.0 * r.hit_rate,
         100.0 * r.hit_rate / w.ceiling.max(1e-9),
         trace,
         ms(r.ttft_p50),
         ms(r.ttft_p90),
+        r.engine_ttft_p50.map_or_else(|| "–".to_owned(), ms),
+        r.engine_ttft_p90.map_or_else(|| "–".to_owned(), ms),
         r.requests_per_s,
         r.output_tokens_per_s,
         shares.join(" "),
@@ -127,42 +152,65 @@ fn ms(secs: f64) -> String {
     }
 }
 
-/// `prefix_aware` against `random`, and workload 1's targets.
+/// Each `prefix_aware` arm against `random`, and workload 1's targets.
 fn compare(s: &mut String, w: &WorkloadResult) {
-    let (Some(p), Some(b)) = (w.run(Strategy::PrefixAware), w.run(Strategy::Random)) else {
+    let Some(b) = w.run(Arm::Random) else {
         return;
     };
-    let change = |new: f64, old: f64| 100.0 * (new - old) / old.max(1e-12);
-    let spread = p
-        .shares
-        .iter()
-        .map(|x| (x - 1.0 / p.shares.len().max(1) as f64).abs())
-        .fold(0.0, f64::max);
-    let _ = writeln!(
-        s,
-        "`prefix_aware` against `random`: KV hit {:.1}% → {:.1}% ({:.0}% of the ceiling); \
-         P50 TTFT {:+.0}%; P90 TTFT {:+.0}%; requests/s {:+.1}%; output tokens/s {:+.1}%; \
-         largest share deviation from 1/{} {:.1} points.\n",
-        100.0 * b.hit_rate,
-        100.0 * p.hit_rate,
-        100.0 * p.hit_rate / w.ceiling.max(1e-9),
-        change(p.ttft_p50, b.ttft_p50),
-        change(p.ttft_p90, b.ttft_p90),
-        change(p.requests_per_s, b.requests_per_s),
-        change(p.output_tokens_per_s, b.output_tokens_per_s),
-        p.shares.len(),
-        100.0 * spread,
-    );
-    if w.setup_id == "long-context" {
+    for arm in [Arm::PrefixAware, Arm::PrefixAwareUnbounded] {
+        let Some(p) = w.run(arm) else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "`{}` against `random`: KV hit {:.1}% → {:.1}% ({:.0}% of the ceiling); P50 TTFT \
+             {:+.0}% (engine {}); P90 TTFT {:+.0}% (engine {}); requests/s {:+.1}%; output \
+             tokens/s {:+.1}%; largest share deviation from 1/{} {:.1} points.\n",
+            arm.label(),
+            100.0 * b.hit_rate,
+            100.0 * p.hit_rate,
+            100.0 * p.hit_rate / w.ceiling.max(1e-9),
+            change(p.ttft_p50, b.ttft_p50),
+            engine_change(p.engine_ttft_p50, b.engine_ttft_p50),
+            change(p.ttft_p90, b.ttft_p90),
+            engine_change(p.engine_ttft_p90, b.engine_ttft_p90),
+            change(p.requests_per_s, b.requests_per_s),
+            change(p.output_tokens_per_s, b.output_tokens_per_s),
+            p.shares.len(),
+            100.0 * spread(p),
+        );
+    }
+    if let (Some(p), "long-context") = (w.run(Arm::PrefixAware), w.setup_id.as_str()) {
         let check = |ok: bool| if ok { "met" } else { "NOT met" };
         let _ = writeln!(
             s,
-            "Targets (SageMaker's figures): prefix_aware hit ≥ 80%: {}; random hit ≤ 30%: \
-             {}; every share within 2 points of 1/7: {}; P50 TTFT reduction ≥ 70%: {}.\n",
+            "Targets (SageMaker's figures), `prefix_aware` against `random`: hit ≥ 80%: {}; \
+             random ≤ 30%: {}; every share within 2 points of 1/7: {}; P50 TTFT reduction ≥ \
+             70%: {}.\n",
             check(p.hit_rate >= 0.80),
             check(b.hit_rate <= 0.30),
-            check(spread <= 0.02),
+            check(spread(p) <= 0.02),
             check(change(p.ttft_p50, b.ttft_p50) <= -70.0),
         );
     }
+}
+
+fn change(new: f64, old: f64) -> f64 {
+    100.0 * (new - old) / old.max(1e-12)
+}
+
+fn engine_change(new: Option<f64>, old: Option<f64>) -> String {
+    match (new, old) {
+        (Some(n), Some(o)) => format!("{:+.0}%", change(n, o)),
+        _ => "–".to_owned(),
+    }
+}
+
+/// Largest distance of an instance's share from an even split.
+fn spread(r: &RunResult) -> f64 {
+    let even = 1.0 / r.shares.len().max(1) as f64;
+    r.shares
+        .iter()
+        .map(|x| (x - even).abs())
+        .fold(0.0, f64::max)
 }

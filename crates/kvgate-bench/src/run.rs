@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use kvgate::routing::Strategy;
 
+use crate::arm::Arm;
 use crate::driver::{self, Record, Target};
 use crate::fleet::Fleet;
 use crate::prom::{self, Histogram};
@@ -18,7 +18,7 @@ const ENGINE_TTFT: &str = "vllm:time_to_first_token_seconds";
 /// What one run measured. Times are simulated unless named `wall`.
 #[derive(Clone, Debug)]
 pub struct RunResult {
-    pub strategy: Strategy,
+    pub arm: Arm,
     pub requests: usize,
     pub failed: usize,
     pub first_error: Option<String>,
@@ -28,6 +28,9 @@ pub struct RunResult {
     pub cached_tokens: u64,
     /// Cached tokens as the clients read them from `usage` (a cross-check).
     pub usage_cached_tokens: u64,
+    /// Hit rate (from `usage`) of first turns, second turns and later turns, for
+    /// multi-turn workloads.
+    pub hit_by_turn: Option<[f64; 3]>,
     /// Client-side time to the first SSE chunk, simulated seconds.
     pub ttft_p50: f64,
     pub ttft_p90: f64,
@@ -63,15 +66,15 @@ impl RunResult {
     }
 }
 
-/// Run `setup` under `strategy`; `tag` makes the endpoint name unique in this process.
+/// Run `setup` under `arm`; `tag` makes the endpoint name unique in this process.
 pub async fn run(
     setup: &Setup,
-    strategy: Strategy,
+    arm: Arm,
     tag: &str,
     record_bodies: bool,
 ) -> anyhow::Result<RunResult> {
-    let endpoint = format!("{}-{}-{tag}", setup.id, strategy.as_str());
-    let fleet = Fleet::start(setup, strategy, &endpoint).await?;
+    let endpoint = format!("{}-{}-{tag}", setup.id, arm.label());
+    let fleet = Fleet::start(setup, arm, &endpoint).await?;
     let client = reqwest::Client::builder()
         .no_proxy()
         .pool_max_idle_per_host(1024)
@@ -119,10 +122,11 @@ pub async fn run(
     let cached_tokens: u64 = stats.iter().map(|s| s.cached_tokens).sum();
     let output: u64 = stats.iter().map(|s| s.generation_tokens).sum();
     let received: u64 = stats.iter().map(|s| s.requests).sum();
-    let routing = Histogram::read(&after, ROUTING_SECONDS).since(&Histogram::read(&before, ROUTING_SECONDS));
+    let routing =
+        Histogram::read(&after, ROUTING_SECONDS).since(&Histogram::read(&before, ROUTING_SECONDS));
     let ok = records.len() - failed.len();
     Ok(RunResult {
-        strategy,
+        arm,
         requests: records.len(),
         failed: failed.len(),
         first_error: failed.first().and_then(|r| r.outcome.error.clone()),
@@ -130,6 +134,7 @@ pub async fn run(
         prompt_tokens,
         cached_tokens,
         usage_cached_tokens: records.iter().map(|r| r.outcome.cached_tokens).sum(),
+        hit_by_turn: hit_by_turn(&records),
         ttft_p50: percentile(&ttfts, 0.5),
         ttft_p90: percentile(&ttfts, 0.9),
         ttft_mean: ttfts.iter().sum::<f64>() / ttfts.len().max(1) as f64,
@@ -137,10 +142,7 @@ pub async fn run(
         engine_ttft_p90: engine.quantile(0.9),
         requests_per_s: ok as f64 / span,
         output_tokens_per_s: output as f64 / span,
-        shares: stats
-            .iter()
-            .map(|s| ratio(s.requests, received))
-            .collect(),
+        shares: stats.iter().map(|s| ratio(s.requests, received)).collect(),
         decisions: decisions(&after, &endpoint),
         routing_mean: routing.mean(),
         routing_p50: routing.quantile(0.5),
@@ -178,6 +180,19 @@ fn decisions(samples: &[prom::Sample], endpoint: &str) -> Vec<(String, u64)> {
     }
     out.sort();
     out
+}
+
+fn hit_by_turn(records: &[Record]) -> Option<[f64; 3]> {
+    if records.iter().all(|r| r.turn == 0) {
+        return None;
+    }
+    let mut sums = [(0u64, 0u64); 3];
+    for r in records {
+        let slot = &mut sums[r.turn.min(2)];
+        slot.0 += r.outcome.cached_tokens;
+        slot.1 += r.outcome.prompt_tokens;
+    }
+    Some(sums.map(|(c, p)| ratio(c, p)))
 }
 
 pub fn ratio(a: u64, b: u64) -> f64 {

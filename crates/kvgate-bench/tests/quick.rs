@@ -5,10 +5,13 @@
 use std::path::PathBuf;
 
 use kvgate_bench::report::{self, Context};
-use kvgate_bench::{Kind, STRATEGIES, bench, chart};
+use kvgate_bench::{Arm, Kind, bench, chart};
 
 fn traces() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/traces"
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -17,22 +20,38 @@ async fn quick_mode_of_every_workload_completes_with_sane_numbers() {
     for kind in Kind::ALL {
         let setup = kind.setup(true, 1, &traces()).unwrap();
         assert!(setup.requests() > 0, "{}: no requests", setup.id);
-        let w = bench(&setup, &STRATEGIES, "quicktest", |line| eprintln!("{line}"))
+        let w = bench(&setup, &Arm::ALL, "quicktest", |line| eprintln!("{line}"))
             .await
             .unwrap();
-        assert!((0.0..=1.0).contains(&w.ceiling), "{}: ceiling {}", w.setup_id, w.ceiling);
-        assert!(w.ceiling > 0.0, "{}: the workload reuses nothing", w.setup_id);
-        assert_eq!(w.runs.len(), STRATEGIES.len());
+        assert!(
+            (0.0..=1.0).contains(&w.ceiling),
+            "{}: ceiling {}",
+            w.setup_id,
+            w.ceiling
+        );
+        assert!(
+            w.ceiling > 0.0,
+            "{}: the workload reuses nothing",
+            w.setup_id
+        );
+        assert_eq!(w.runs.len(), Arm::ALL.len());
         for r in &w.runs {
-            let what = format!("{} {}", w.setup_id, r.strategy.as_str());
+            let what = format!("{} {}", w.setup_id, r.arm.label());
             assert_eq!(r.failed, 0, "{what}: {:?}", r.first_error);
             assert_eq!(r.requests, setup.requests(), "{what}");
-            assert!((0.0..=1.0).contains(&r.hit_rate), "{what}: hit {}", r.hit_rate);
+            assert!(
+                (0.0..=1.0).contains(&r.hit_rate),
+                "{what}: hit {}",
+                r.hit_rate
+            );
             assert!(r.prompt_tokens > 0, "{what}");
             // The instances' counters and the clients' `usage` agree.
             assert_eq!(r.cached_tokens, r.usage_cached_tokens, "{what}");
             assert!(r.ttft_p50 > 0.0 && r.ttft_p50 <= r.ttft_p90, "{what}");
-            assert!(r.requests_per_s > 0.0 && r.output_tokens_per_s > 0.0, "{what}");
+            assert!(
+                r.requests_per_s > 0.0 && r.output_tokens_per_s > 0.0,
+                "{what}"
+            );
             assert_eq!(r.shares.len(), setup.instances, "{what}");
             let total: f64 = r.shares.iter().sum();
             assert!((total - 1.0).abs() < 1e-9, "{what}: shares sum to {total}");
@@ -53,5 +72,5 @@ async fn quick_mode_of_every_workload_completes_with_sane_numbers() {
         assert!(md.contains(&format!("## {}", kind.id())), "{md}");
     }
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-    assert!(svg.matches("<rect").count() > 4 * STRATEGIES.len());
+    assert!(svg.matches("<rect").count() > 4 * Arm::ALL.len());
 }

@@ -5,6 +5,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -52,6 +53,11 @@ pub async fn spawn(cfg: SimConfig, addr: SocketAddr) -> io::Result<SimHandle> {
     let addr = listener.local_addr()?;
     let server = SimServer::new(cfg);
     let app = server.router();
+    // As vLLM's uvicorn does: without TCP_NODELAY a streamed answer's first
+    // chunk, written right after the headers, waits ~40 ms for a delayed ACK.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         axum::serve(listener, app)

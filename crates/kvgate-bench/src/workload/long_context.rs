@@ -19,6 +19,7 @@ struct Params {
     doc_tokens: usize,
     requests: usize,
     rate: f64,
+    output: (u32, u32),
     time_scale: f64,
 }
 
@@ -29,6 +30,7 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
             doc_tokens: 2_000,
             requests: 28,
             rate: 8.0,
+            output: (64, 192),
             time_scale: 0.02,
         }
     } else {
@@ -37,6 +39,7 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
             doc_tokens: 8_000,
             requests: 3_000,
             rate: 10.0,
+            output: (128, 384),
             time_scale: 0.1,
         }
     };
@@ -55,7 +58,7 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
                 system: docs.get(doc).cloned(),
                 turns: vec![Turn {
                     think: Duration::ZERO,
-                    max_tokens: rng.random_range(64..=192),
+                    max_tokens: rng.random_range(p.output.0..=p.output.1),
                     content: Content::Chat(block_text(QUESTION_BASE + i as u64, question_tokens)),
                 }],
             }
@@ -68,13 +71,15 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
         description: format!(
             "{} requests, Poisson at {} req/s (simulated); each asks a 16–64-token question \
              about one of {} documents of {} tokens (uniform popularity) sent as the system \
-             prompt, and gets 64–192 output tokens. 7 instances of the Llama-3.1-70B / 4×H100 \
+             prompt, and gets {}–{} output tokens. 7 instances of the Llama-3.1-70B / 4×H100 \
              preset: {} KV blocks ({} documents) each, so the document set is {:.1}× one \
              instance's cache and {:.0}% of the fleet's.",
             p.requests,
             p.rate,
             p.docs,
             p.doc_tokens,
+            p.output.0,
+            p.output.1,
             cfg.cache_blocks,
             cache_docs,
             p.docs as f64 / cache_docs.max(1) as f64,
@@ -88,7 +93,7 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
         routing: Routing {
             prefix_length: 4096,
             concurrency_threshold: 64,
-            balance_factor: Some(1.25),
+            balance_factor: Some(1.2),
         },
         sessions,
         trace_ceiling: None,

@@ -106,12 +106,16 @@ impl Kind {
         match self {
             Kind::LongContext => Ok(long_context::setup(quick, seed)),
             Kind::MultiTurn => Ok(multi_turn::setup(quick, seed)),
-            Kind::MooncakeConversation => {
-                mooncake::setup(Trace::Conversation, &traces.join(Trace::Conversation.file()), quick)
-            }
-            Kind::MooncakeSynthetic => {
-                mooncake::setup(Trace::Synthetic, &traces.join(Trace::Synthetic.file()), quick)
-            }
+            Kind::MooncakeConversation => mooncake::setup(
+                Trace::Conversation,
+                &traces.join(Trace::Conversation.file()),
+                quick,
+            ),
+            Kind::MooncakeSynthetic => mooncake::setup(
+                Trace::Synthetic,
+                &traces.join(Trace::Synthetic.file()),
+                quick,
+            ),
         }
     }
 }

@@ -93,7 +93,7 @@ pub(super) fn setup(trace: Trace, path: &Path, quick: bool) -> anyhow::Result<Se
     let total = lines.len();
     let kept: Vec<Line> = lines
         .into_iter()
-        .filter(|l| chain_hash(&l.hash_ids) % p.keep_one_in == 0)
+        .filter(|l| chain_hash(&l.hash_ids).checked_rem(p.keep_one_in) == Some(0))
         .take(p.limit)
         .collect();
     let t0 = kept.first().map_or(0, |l| l.timestamp);
@@ -145,7 +145,7 @@ pub(super) fn setup(trace: Trace, path: &Path, quick: bool) -> anyhow::Result<Se
         routing: Routing {
             prefix_length: 4096,
             concurrency_threshold: 64,
-            balance_factor: Some(1.25),
+            balance_factor: Some(1.2),
         },
         sessions,
         trace_ceiling: Some(trace.ceiling()),

@@ -36,7 +36,7 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
         }
     } else {
         Params {
-            conversations: 600,
+            conversations: 400,
             rate: 1.5,
             turns: (2, 10),
             think_mean_s: 10.0,
@@ -94,7 +94,7 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
         routing: Routing {
             prefix_length: 1024,
             concurrency_threshold: 64,
-            balance_factor: Some(1.25),
+            balance_factor: Some(1.2),
         },
         sessions,
         trace_ceiling: None,

@@ -1,0 +1,81 @@
+//! What a run compares: one of the gateway's four strategies, plus `prefix_aware`
+//! with its balance factor switched off, to show what bounded loads cost in hits.
+
+use kvgate::routing::Strategy;
+
+use crate::workload::Routing;
+
+/// One compared configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arm {
+    Random,
+    RoundRobin,
+    LeastOutstanding,
+    /// `prefix_aware` with the workload's routing settings.
+    PrefixAware,
+    /// `prefix_aware` with the same settings but no balance factor: plain
+    /// consistent hashing up to `concurrency_threshold`.
+    PrefixAwareUnbounded,
+}
+
+impl Arm {
+    /// Every arm, the `random` baseline first.
+    pub const ALL: [Arm; 5] = [
+        Arm::Random,
+        Arm::RoundRobin,
+        Arm::LeastOutstanding,
+        Arm::PrefixAware,
+        Arm::PrefixAwareUnbounded,
+    ];
+
+    pub fn strategy(self) -> Strategy {
+        match self {
+            Arm::Random => Strategy::Random,
+            Arm::RoundRobin => Strategy::RoundRobin,
+            Arm::LeastOutstanding => Strategy::LeastOutstandingRequests,
+            Arm::PrefixAware | Arm::PrefixAwareUnbounded => Strategy::PrefixAware,
+        }
+    }
+
+    /// Its name in reports, endpoint names and `--strategies`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Arm::PrefixAwareUnbounded => "prefix_aware_unbounded",
+            other => other.strategy().as_str(),
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Arm> {
+        Arm::ALL
+            .into_iter()
+            .find(|a| a.label() == name)
+            .or_else(|| {
+                Strategy::parse(name).and_then(|s| Arm::ALL.into_iter().find(|a| a.strategy() == s))
+            })
+    }
+
+    /// The gateway's routing settings for this arm, from the workload's.
+    pub fn routing(self, base: Routing) -> Routing {
+        match self {
+            Arm::PrefixAwareUnbounded => Routing {
+                balance_factor: None,
+                ..base
+            },
+            _ => base,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_parse_back() {
+        for arm in Arm::ALL {
+            assert_eq!(Arm::parse(arm.label()), Some(arm));
+        }
+        assert_eq!(Arm::parse("PREFIX_AWARE"), Some(Arm::PrefixAware));
+        assert_eq!(Arm::parse("nope"), None);
+    }
+}
