@@ -56,7 +56,8 @@ pub fn handle() -> PrometheusHandle {
         .clone()
 }
 
-pub fn request_done(endpoint: &str, api: &'static str, status: u16, elapsed: Duration) {
+/// A request answered with `status` (counted when its response headers go out).
+pub fn request_done(endpoint: &str, api: &'static str, status: u16) {
     let class = match status {
         100..=199 => "1xx",
         200..=299 => "2xx",
@@ -66,6 +67,10 @@ pub fn request_done(endpoint: &str, api: &'static str, status: u16, elapsed: Dur
     };
     counter!(REQUESTS, "endpoint" => endpoint.to_owned(), "api" => api, "status" => class)
         .increment(1);
+}
+
+/// A request's whole duration: until its response body ended or the client left.
+pub fn request_duration(endpoint: &str, api: &'static str, elapsed: Duration) {
     histogram!(REQUEST_DURATION, "endpoint" => endpoint.to_owned(), "api" => api)
         .record(elapsed.as_secs_f64());
 }

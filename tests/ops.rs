@@ -319,6 +319,12 @@ async fn metrics_count_requests_decisions_and_cached_tokens() {
         "{text}"
     );
     assert!(text.contains("kvgate_routing_decision_seconds_bucket"));
+    // Durations are recorded when each body has ended.
+    assert!(
+        line("kvgate_request_duration_seconds_count{endpoint=\"metricsep\",api=\"chat\"}")
+            .ends_with(" 3"),
+        "{text}"
+    );
 }
 
 trait JsonValue {

@@ -26,9 +26,11 @@ fn upstream_path(api: Api) -> &'static str {
 pub async fn handle(
     Extension(input): Extension<RouteInput>,
     Extension(runtime): Extension<Arc<Runtime>>,
+    tenant: Option<Extension<crate::tenancy::Tenant>>,
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
+    let tenant = tenant.map_or_else(|| "anonymous".into(), |t| t.0.id.clone());
     let api = input.api;
     let endpoint = input.endpoint.name().to_owned();
     let key = input.key;
@@ -47,23 +49,21 @@ pub async fn handle(
     let response = match result {
         Ok((resp, outcome)) => {
             tracing::info!(
-                request_id, endpoint, api = api_label(api), instance = %outcome.instance.id,
+                request_id, tenant = %tenant, endpoint, api = api_label(api), instance = %outcome.instance.id,
                 reason = outcome.reason.as_str(), attempts = outcome.attempts,
                 key = format_args!("{key:016x}"), status = resp.status().as_u16(),
+                headers_ms = started.elapsed().as_secs_f64() * 1e3,
                 "routed"
             );
             resp
         }
         Err(e) => {
-            tracing::warn!(request_id, endpoint, api = api_label(api), error = %e, "not routed");
+            tracing::warn!(request_id, tenant = %tenant, endpoint, api = api_label(api), error = %e, "not routed");
+            telemetry::request_duration(&endpoint, api_label(api), started.elapsed());
             e.into_response()
         }
     };
-    telemetry::request_done(
-        &endpoint,
-        api_label(api),
-        response.status().as_u16(),
-        started.elapsed(),
-    );
+    // The duration of a forwarded request is recorded when its body ends.
+    telemetry::request_done(&endpoint, api_label(api), response.status().as_u16());
     response
 }

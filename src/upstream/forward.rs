@@ -132,7 +132,8 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
         }
         telemetry::first_byte(ep.name(), &instance.id, sent.elapsed());
         let admission = f.input.admission.clone();
-        let resp = client_response(response, guard, server, f.input.stream, admission);
+        let timing = (started, crate::route_input::api_label(f.input.api));
+        let resp = client_response(response, guard, server, f.input.stream, admission, timing);
         let outcome = Outcome {
             instance: Arc::clone(instance),
             reason,
@@ -156,6 +157,7 @@ fn client_response(
     server: &crate::config::ServerConfig,
     stream_requested: bool,
     admission: Option<Arc<crate::tenancy::Admission>>,
+    (started, api): (Instant, &'static str),
 ) -> Response {
     let status = upstream.status();
     let mut hdrs = headers::client_response(upstream.headers());
@@ -176,6 +178,7 @@ fn client_response(
         if let Some(a) = admission {
             a.settle(usage.map(|u| u.prompt_tokens));
         }
+        telemetry::request_duration(&instance.endpoint, api, started.elapsed());
         if let Some(u) = usage {
             telemetry::usage(
                 &instance.endpoint,
