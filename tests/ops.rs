@@ -38,9 +38,11 @@ async fn failing_health_checks_eject_and_recover_and_ready_follows() {
             .status()
             .as_u16()
     };
-    assert_eq!(ready().await, 200);
     let rt = gw.state.runtime.load_full();
     let ep = rt.endpoint("chat").unwrap().clone();
+    // Ready once a probe has confirmed an instance.
+    eventually("first probe", || ep.instances.iter().any(|i| i.confirmed())).await;
+    assert_eq!(ready().await, 200);
 
     a.set_mode(Mode::Status(503));
     eventually("a marked unhealthy", || !ep.instances[0].is_healthy()).await;

@@ -16,7 +16,8 @@ pub async fn health() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
-/// Readiness: not shutting down, and every endpoint has a healthy instance.
+/// Readiness: not shutting down, and every endpoint has a healthy instance
+/// (with active health checks: one that has passed a probe).
 pub async fn ready(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     if state.shutting_down.load(Ordering::Relaxed) {
         return (
@@ -28,7 +29,13 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let down: Vec<&str> = rt
         .endpoints
         .iter()
-        .filter(|e| !e.instances.iter().any(|i| i.is_healthy()))
+        // With active checks, an instance counts once a probe has confirmed it.
+        .filter(|e| {
+            let probed = e.config.health.is_some();
+            !e.instances
+                .iter()
+                .any(|i| i.is_healthy() && (!probed || i.confirmed()))
+        })
         .map(|e| e.name())
         .collect();
     if down.is_empty() {

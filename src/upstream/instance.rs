@@ -27,6 +27,8 @@ pub struct Instance {
     failures: AtomicU32,
     /// Consecutive probe results in the current direction (health checks).
     probe_streak: AtomicU32,
+    /// A health probe has succeeded at least once (what `/ready` waits for).
+    confirmed: AtomicBool,
 }
 
 /// Consecutive 5xx answers that eject an instance passively.
@@ -56,6 +58,7 @@ impl Instance {
             healthy: AtomicBool::new(true),
             failures: AtomicU32::new(0),
             probe_streak: AtomicU32::new(0),
+            confirmed: AtomicBool::new(false),
         })
     }
 
@@ -78,6 +81,11 @@ impl Instance {
 
     pub fn is_healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Whether a health probe has ever succeeded.
+    pub fn confirmed(&self) -> bool {
+        self.confirmed.load(Ordering::Relaxed)
     }
 
     pub fn set_healthy(&self, up: bool) {
@@ -114,6 +122,9 @@ impl Instance {
 
     /// Record one health probe; flips health after `up`/`down` results in a row.
     pub fn probe(&self, ok: bool, up: u32, down: u32) {
+        if ok {
+            self.confirmed.store(true, Ordering::Relaxed);
+        }
         let healthy = self.is_healthy();
         if ok == healthy {
             self.probe_streak.store(0, Ordering::Relaxed);
