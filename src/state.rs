@@ -46,7 +46,10 @@ impl Runtime {
         let client = reqwest::Client::builder()
             .connect_timeout(config.server.timeouts.connect)
             .tcp_nodelay(true)
-            .pool_idle_timeout(std::time::Duration::from_secs(60))
+            // Below the keep-alive of uvicorn (vLLM, SGLang) and llama-server,
+            // 5 s: reusing a connection the server has just closed would fail
+            // the request over and cool a healthy instance down.
+            .pool_idle_timeout(std::time::Duration::from_secs(4))
             .pool_max_idle_per_host(1024)
             .no_proxy()
             .build()?;
