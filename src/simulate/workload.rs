@@ -21,7 +21,6 @@
 //! `kvgate_sim::block_text`), at a fraction of the cost.
 
 use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use kvgate_sim::BYTES_PER_TOKEN;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -118,7 +117,7 @@ impl Workload {
     /// moment a block is seen, would serve: the same measure as the simulated
     /// hit rate, so the simulated hit rate over this is "fraction of ceiling".
     pub fn token_ceiling(&self) -> f64 {
-        let mut seen: HashSet<u64, BuildHasherDefault<Identity>> = HashSet::default();
+        let mut seen: HashSet<u64, kvgate_sim::BlockHashBuilder> = HashSet::default();
         let (mut hit, mut total) = (0usize, 0usize);
         for (i, req) in self.requests.iter().enumerate() {
             let hashes = self.hashes(i);
@@ -132,24 +131,6 @@ impl Workload {
             seen.extend(hashes.iter().copied());
         }
         ratio(hit, total)
-    }
-}
-
-/// Block hashes are uniform xxh3 values already: hash them as themselves.
-#[derive(Default)]
-struct Identity(u64);
-
-impl Hasher for Identity {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
     }
 }
 

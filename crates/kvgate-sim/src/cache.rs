@@ -14,7 +14,10 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 /// Block hashes are already uniform 64-bit xxh3 values: hash them as themselves.
 #[derive(Default)]
-struct IdentityHasher(u64);
+pub struct IdentityHasher(u64);
+
+/// A `BuildHasher` for maps and sets keyed by block hashes.
+pub type BlockHashBuilder = BuildHasherDefault<IdentityHasher>;
 
 impl Hasher for IdentityHasher {
     fn finish(&self) -> u64 {
@@ -31,7 +34,7 @@ impl Hasher for IdentityHasher {
     }
 }
 
-type BlockMap = HashMap<u64, Block, BuildHasherDefault<IdentityHasher>>;
+type BlockMap = HashMap<u64, Block, BlockHashBuilder>;
 
 #[derive(Debug)]
 struct Block {

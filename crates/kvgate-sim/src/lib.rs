@@ -78,7 +78,7 @@ mod stats;
 mod text;
 mod tokens;
 
-pub use cache::KvCache;
+pub use cache::{BlockHashBuilder, KvCache};
 pub use config::SimConfig;
 pub use serve::{SimHandle, spawn, spawn_fleet};
 pub use server::SimServer;
