@@ -1,15 +1,42 @@
 //! Criterion benchmarks of the hot path: placement alone (ring walk and
-//! bounded-load choice) for 2–64 instances, and the whole routing decision
-//! (parse, validate, window, key, plan) for chat bodies of 4 KiB to 1 MiB.
+//! bounded-load choice) for 2–64 instances, the whole routing decision
+//! (parse, validate, window, key, plan) for chat bodies of 4 KiB to 1 MiB, and
+//! the whole `longest_prefix` decision (that, plus the block chain, an index
+//! lookup on every instance and the dispatch's insert) for a 64 KiB body on 7
+//! and 64 instances whose indexes hold 100,000 chains. A counting allocator
+//! measures the index's real bytes per entry and prints it.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark setup")]
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicIsize, Ordering};
 
 use axum::http::HeaderMap;
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use kvgate::routing::{self, Load, PolicySpec, Strategy};
+use kvgate::routing::{self, BlockIndex, Load, PolicySpec, Request, Strategy};
 use kvgate_prefix::Api;
+
+/// Live heap bytes, to measure the index (std has no such counter).
+struct Counting;
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards to the system allocator and only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: same layout contract as the caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: `p` came from `alloc` with this layout.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
 
 fn placement(c: &mut Criterion) {
     let mut g = c.benchmark_group("placement");
@@ -23,19 +50,17 @@ fn placement(c: &mut Criterion) {
             virtual_nodes: 160,
             concurrency_threshold: 10,
             balance_factor: None,
+            block_chars: 256,
         });
         // A busy fleet: a quarter of the instances at the threshold, so some keys overflow.
         let loads: Vec<Load> = (0..n)
-            .map(|i| Load {
-                in_flight: if i % 4 == 0 { 10 } else { i % 7 },
-                available: true,
-            })
+            .map(|i| Load::with_in_flight(if i % 4 == 0 { 10 } else { i % 7 }))
             .collect();
         let mut k = 0u64;
         g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
             b.iter(|| {
                 k = k.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                black_box(policy.plan(black_box(k), &loads))
+                black_box(policy.plan(&Request::with_key(black_box(k)), &loads))
             })
         });
     }
@@ -93,13 +118,115 @@ endpoints:
                 )
                 .unwrap();
                 let ep = &a.input.endpoint;
-                let loads: Vec<Load> = ep.instances.iter().map(|i| i.load()).collect();
-                black_box(ep.policy.plan(a.input.key, &loads))
+                let loads = ep.loads(&a.input.chain);
+                black_box(ep.policy.plan(&Request::with_key(a.input.key), &loads))
             })
         });
     }
     g.finish();
 }
 
-criterion_group!(benches, placement, decision);
+fn fleet_yaml(n: usize, cache_tokens: usize) -> String {
+    let instances: String = (0..n)
+        .map(|i| {
+            format!(
+                "      - url: \"http://10.0.{}.{}:8000\"\n",
+                i / 256,
+                i % 256
+            )
+        })
+        .collect();
+    format!(
+        "endpoints:\n  - name: chat\n    models: [\"m\"]\n    instances:\n{instances}    \
+         routing: {{ strategy: longest_prefix, cache_tokens: {cache_tokens} }}\n"
+    )
+}
+
+/// Chains of 16 blocks: 100,000 of them spread over the fleet, plus the body's
+/// own conversation (its system prompt and first turns) on a few instances.
+fn warm(rt: &kvgate::Runtime, chains: u64, body_chain: &[u64]) {
+    let ep = &rt.endpoints[0];
+    let n = ep.instances.len() as u64;
+    for c in 0..chains {
+        let chain: Vec<u64> = (0..16)
+            .map(|b| (c << 8 | b).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        ep.instances[(c % n) as usize].index.insert(&chain);
+    }
+    for (j, inst) in ep.instances.iter().take(3).enumerate() {
+        inst.index
+            .insert(&body_chain[..body_chain.len() * (j + 1) / 4]);
+    }
+}
+
+fn longest_prefix_decision(c: &mut Criterion) {
+    let body = Bytes::from(chat_body(64 << 10));
+    let headers = HeaderMap::new();
+    let mut g = c.benchmark_group("longest_prefix_decision_64KiB");
+    for n in [7usize, 64] {
+        // Room for every chain: 100,000 × 16 blocks over n instances, 64 tokens a block.
+        let cache = (100_000 * 16 / n + 1_000) * 64;
+        let rt = kvgate::Runtime::build(
+            kvgate::Config::from_yaml(&fleet_yaml(n, cache)).unwrap(),
+            None,
+        )
+        .unwrap();
+        let a =
+            kvgate::route_input::analyse(&rt, Api::Chat, None, &headers, body.clone(), "tenant")
+                .unwrap();
+        warm(&rt, 100_000, &a.input.chain);
+        g.bench_function(BenchmarkId::from_parameter(format!("{n}_instances")), |b| {
+            b.iter(|| {
+                let a = kvgate::route_input::analyse(
+                    &rt,
+                    Api::Chat,
+                    None,
+                    &headers,
+                    body.clone(),
+                    "tenant",
+                )
+                .unwrap();
+                let ep = &a.input.endpoint;
+                let loads = ep.loads(&a.input.chain);
+                let req = Request {
+                    key: a.input.key,
+                    prompt_tokens: a.input.prompt_tokens,
+                };
+                let plan = ep.policy.plan(&req, &loads);
+                let chosen = &ep.instances[plan.order[0]];
+                black_box(chosen.index.insert(&a.input.chain))
+            })
+        });
+    }
+    g.finish();
+}
+
+/// Real heap bytes per index entry (printed; `routing::index::ENTRY_BYTES` is the estimate).
+fn index_memory(_c: &mut Criterion) {
+    let entries = 1_000_000usize;
+    let before = LIVE.load(Ordering::Relaxed);
+    let idx = BlockIndex::new(entries, 256);
+    let chain: Vec<u64> = (0..entries as u64)
+        .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .collect();
+    for part in chain.chunks(1000) {
+        idx.insert(part);
+    }
+    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    eprintln!(
+        "index memory: {} entries, {bytes} bytes, {:.1} bytes per entry (estimate used in metrics: {})",
+        idx.len(),
+        bytes as f64 / idx.len() as f64,
+        routing::index::ENTRY_BYTES
+    );
+    black_box(idx);
+}
+
+criterion_group!(
+    benches,
+    placement,
+    decision,
+    longest_prefix_decision,
+    index_memory
+);
 criterion_main!(benches);

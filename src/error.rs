@@ -152,7 +152,7 @@ struct Inner<'a> {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        crate::telemetry::rejection(self.kind);
+        crate::telemetry::rejection(self.kind.code());
         let body = Body {
             error: Inner {
                 message: &self.message,

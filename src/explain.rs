@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use crate::error::{ApiError, ErrorKind};
 use crate::route_input::{analyse, api_label};
-use crate::routing::Load;
+use crate::routing::{Cost, Load, Reason, Request, Strategy};
+use crate::state::Endpoint;
 use crate::state::Runtime;
 
 const EXCERPT_CHARS: usize = 60;
@@ -60,17 +61,22 @@ pub fn explain(
     let ep = &input.endpoint;
     let routing = &ep.config.routing;
     let ids: Vec<&str> = ep.instances.iter().map(|i| i.id.as_str()).collect();
-    let idle: Vec<Load> = ep
-        .instances
+    let request = Request {
+        key: input.key,
+        prompt_tokens: input.prompt_tokens,
+    };
+    // The preference of an idle fleet holding what it holds now, and the choice now.
+    let loads = ep.loads(&input.chain);
+    let idle: Vec<Load> = loads
         .iter()
-        .map(|_| Load {
-            in_flight: 0,
-            available: true,
+        .map(|l| Load {
+            matched_blocks: l.matched_blocks,
+            ..Load::with_in_flight(0)
         })
         .collect();
-    let preference = ep.policy.plan(input.key, &idle);
-    let loads: Vec<Load> = ep.instances.iter().map(|i| i.load()).collect();
-    let now = ep.policy.plan(input.key, &loads);
+    let preference = ep.policy.plan(&request, &idle);
+    let now = ep.policy.plan(&request, &loads);
+    let costs = ep.policy.costs(&request, &loads);
     let unit = if api == Api::Native {
         "bytes"
     } else {
@@ -114,14 +120,65 @@ pub fn explain(
             "ends_with": tail,
         },
         "key": format!("{:016x}", input.key),
+        "prompt_tokens_estimate": input.prompt_tokens,
+        "chain_blocks": input.chain.len(),
         "strategy": routing.strategy.as_str(),
         "concurrency_threshold": routing.concurrency_threshold,
         "preference_order": preference.order.iter().map(name).collect::<Vec<_>>(),
-        "instances": ep.instances.iter().map(|i| json!({"id": i.id, "in_flight": i.in_flight(), "available": i.available()})).collect::<Vec<_>>(),
+        "instances": instances_view(ep, &loads, costs.as_deref()),
         "chosen": now.order.first().map(name),
         "reason": now.reason.as_str(),
+        "why": why(now.reason, routing.strategy),
         "notes": notes,
     }))
+}
+
+/// Per instance: load, and for cost-weighing strategies what it holds and what it would cost.
+fn instances_view(ep: &Endpoint, loads: &[Load], costs: Option<&[Cost]>) -> Vec<Value> {
+    ep.instances
+        .iter()
+        .zip(loads)
+        .enumerate()
+        .map(|(n, (i, l))| {
+            let mut v = json!({"id": i.id, "in_flight": l.in_flight, "available": l.available});
+            if let Some(c) = costs.and_then(|c| c.get(n)) {
+                v["matched_blocks"] = json!(l.matched_blocks);
+                v["cached_tokens_estimate"] = json!(c.cached_tokens);
+                v["uncached_tokens"] = json!(c.uncached_tokens);
+                v["queued_prefill_tokens"] = json!(l.queued_prefill);
+                v["queued_tokens"] = json!(c.queued_tokens);
+                v["cost"] = json!(c.total);
+                v["index_blocks"] = json!(i.index.len());
+                v["index_capacity_blocks"] = json!(i.index.capacity());
+            }
+            v
+        })
+        .collect()
+}
+
+/// The reason in a sentence.
+fn why(reason: Reason, strategy: Strategy) -> &'static str {
+    match (reason, strategy) {
+        (Reason::CacheHit, _) => {
+            "least cost, and it holds the longest cached prefix of this prompt"
+        }
+        (Reason::CacheSpread, _) => {
+            "least cost: an instance holding more of this prompt has more prefill queued than recomputing the difference here costs"
+        }
+        (Reason::Cold, _) => {
+            "no instance holds any of this prompt: the least loaded, ties broken by the ring"
+        }
+        (Reason::Affinity, _) => "the key's first instance on the ring, under its limits",
+        (Reason::Overflow, _) => {
+            "the key's earlier ring instances are full: the next one under its limits"
+        }
+        (Reason::Fallback, Strategy::LongestPrefix) => {
+            "every instance is at concurrency_threshold: the least costly"
+        }
+        (Reason::Fallback, _) => "every instance is full: the least loaded",
+        (Reason::Balance, _) => "a strategy that ignores the prompt",
+        (Reason::LastResort, _) => "no instance is available: trying them all anyway",
+    }
 }
 
 #[cfg(test)]

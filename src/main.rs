@@ -102,6 +102,19 @@ fn main() -> ExitCode {
         Command::Check { config } => match Config::load(&config) {
             Ok(c) => {
                 println!("{}: ok ({} endpoints)", config.display(), c.endpoints.len());
+                for ep in &c.endpoints {
+                    let r = &ep.routing;
+                    let written = r
+                        .strategy_as_written
+                        .as_deref()
+                        .map_or_else(|| "the default".to_owned(), |s| format!("{s:?}"));
+                    println!(
+                        "  endpoint {}: strategy {} ({written}): {}",
+                        ep.name,
+                        r.strategy.as_str(),
+                        r.strategy.describe()
+                    );
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -24,6 +24,11 @@ pub struct RouteInput {
     pub stream: bool,
     pub partition: String,
     pub key: u64,
+    /// The prompt's block chain, salted by tenant and partition (cache-aware
+    /// strategies only; empty otherwise).
+    pub chain: Arc<[u64]>,
+    /// Estimated prompt tokens (characters of canonical prompt ÷ 4).
+    pub prompt_tokens: u64,
     /// The bytes to forward: the client's, untouched, except that the
     /// admission layer may set the upstream `cache_salt` (see `tenancy::salt`).
     pub body: Bytes,
@@ -100,6 +105,22 @@ fn header_partition(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(s.to_owned()))
 }
 
+/// Bytes of `window` that make the key's window: its first `prefix_length`
+/// characters (OpenAI routes) or bytes (native routes, whose window is bytes of
+/// canonical JSON), exactly what the window functions return for that limit.
+fn key_window_len(api: Api, window: &[u8], prefix_length: usize) -> usize {
+    if api == Api::Native || window.len() <= prefix_length {
+        return window.len().min(prefix_length);
+    }
+    // Characters start at every byte that is not a UTF-8 continuation byte.
+    window
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b & 0xC0 != 0x80)
+        .nth(prefix_length)
+        .map_or(window.len(), |(at, _)| at)
+}
+
 /// Parse, validate and key a request. `tenant` comes from authentication.
 pub fn analyse(
     runtime: &Runtime,
@@ -168,19 +189,43 @@ pub fn analyse(
         }
     };
     let routing = &endpoint.config.routing;
-    let window = match api {
-        Api::Chat => kvgate_prefix::chat_window(&value, routing.prefix_length)
+    // One extraction serves both the key's window and, for cache-aware
+    // strategies, the longer stretch the block chain is cut from.
+    let scan = routing.scan_chars();
+    let mut window = match api {
+        Api::Chat => kvgate_prefix::chat_window(&value, scan)
             .map_err(|e| invalid(&e.param, e.message))?
             .into_bytes(),
-        Api::Completions => kvgate_prefix::completions_window(&value, routing.prefix_length)
+        Api::Completions => kvgate_prefix::completions_window(&value, scan)
             .map_err(|e| invalid(&e.param, e.message))?
             .into_bytes(),
-        Api::Native => {
-            kvgate_prefix::native_window(&value, &routing.prompt_members, routing.prefix_length)
-        }
+        Api::Native => kvgate_prefix::native_window(&value, &routing.prompt_members, scan),
     };
     // The header is the operator's partition; it wins over the body's key.
     let partition = partition_header.or(partition_body).unwrap_or_default();
+    // A scan that stopped short saw the whole prompt; one that filled up did not,
+    // and the body's size is the better estimate of the rest.
+    let seen = window.len();
+    let prompt_chars = if seen < scan {
+        seen
+    } else {
+        seen.max(body.len())
+    };
+    let prompt_tokens = crate::routing::cost::tokens_of_chars(prompt_chars);
+    let chain: Arc<[u64]> = if routing.strategy.uses_index() {
+        kvgate_prefix::block_chain(
+            tenant,
+            &partition,
+            &window,
+            routing.block_chars,
+            routing.max_prompt_blocks,
+        )
+        .into()
+    } else {
+        Arc::new([])
+    };
+    let key_len = key_window_len(api, &window, routing.prefix_length);
+    window.truncate(key_len);
     let key = kvgate_prefix::routing_key(tenant, &partition, &window);
     let has_cache_salt = value.get("cache_salt").is_some();
     Ok(Analysis {
@@ -191,6 +236,8 @@ pub fn analyse(
             stream,
             partition,
             key,
+            chain,
+            prompt_tokens,
             body,
             has_cache_salt,
             admission: None,

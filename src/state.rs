@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::config::{Config, EndpointConfig};
-use crate::routing::{self, Policy, PolicySpec};
+use crate::routing::{self, Load, Policy, PolicySpec};
 use crate::upstream::Instance;
 
 /// One pool of instances serving the same models.
@@ -25,6 +25,19 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// Every instance's load for a request with this block chain; the index
+    /// lookups happen only for strategies that use them.
+    pub fn loads(&self, chain: &[u64]) -> Vec<Load> {
+        let lookup = self.config.routing.strategy.uses_index() && !chain.is_empty();
+        self.instances
+            .iter()
+            .map(|i| Load {
+                matched_blocks: if lookup { i.index.matched(chain) } else { 0 },
+                ..i.load()
+            })
+            .collect()
     }
 }
 
@@ -71,6 +84,14 @@ impl Runtime {
                     .unwrap_or_else(|| Instance::new(&ec.name, &ic.id, &ic.url))
                 })
                 .collect();
+            // Kept instances keep what they hold; a changed block size or
+            // capacity is applied to their index (see BlockIndex::configure).
+            for (inst, ic) in instances.iter().zip(&ec.instances) {
+                inst.index.configure(
+                    ec.routing.index_blocks(ic.cache_tokens),
+                    ec.routing.block_chars,
+                );
+            }
             let ids: Vec<String> = ec.instances.iter().map(|i| i.id.clone()).collect();
             let policy = routing::build(&PolicySpec {
                 strategy: ec.routing.strategy,
@@ -78,6 +99,7 @@ impl Runtime {
                 virtual_nodes: ec.routing.virtual_nodes,
                 concurrency_threshold: ec.routing.concurrency_threshold,
                 balance_factor: ec.routing.balance_factor,
+                block_chars: ec.routing.block_chars,
             });
             let ep = Arc::new(Endpoint {
                 config: ec.clone(),

@@ -11,8 +11,6 @@ use std::time::Duration;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::error::ErrorKind;
-
 pub const REQUESTS: &str = "kvgate_requests_total";
 pub const REQUEST_DURATION: &str = "kvgate_request_duration_seconds";
 pub const UPSTREAM_TTFB: &str = "kvgate_upstream_first_byte_seconds";
@@ -25,6 +23,9 @@ pub const CACHED_TOKENS: &str = "kvgate_upstream_cached_tokens_total";
 pub const RETRIES: &str = "kvgate_upstream_retries_total";
 pub const REJECTIONS: &str = "kvgate_rejections_total";
 pub const CONFIG_RELOADS: &str = "kvgate_config_reloads_total";
+pub const MATCHED_FRACTION: &str = "kvgate_routing_matched_prefix_ratio";
+pub const INDEX_BLOCKS: &str = "kvgate_index_blocks";
+pub const INDEX_BYTES: &str = "kvgate_index_bytes";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -37,11 +38,15 @@ pub fn handle() -> PrometheusHandle {
                 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
                 0.01,
             ];
+            let ratio = [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0];
             let secs = [
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
             ];
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Full(ROUTING_DURATION.into()), &micro)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(MATCHED_FRACTION.into()), &ratio)
+                })
                 .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &secs));
             let recorder = match builder {
                 Ok(b) => b.build_recorder(),
@@ -108,8 +113,22 @@ pub fn retry(endpoint: &str, instance: &str, why: &'static str) {
         .increment(1);
 }
 
-pub fn rejection(kind: ErrorKind) {
-    counter!(REJECTIONS, "reason" => kind.code()).increment(1);
+/// A request refused with error `code` (the OpenAI error code).
+pub fn rejection(code: &'static str) {
+    counter!(REJECTIONS, "reason" => code).increment(1);
+}
+
+/// How much of its prompt the chosen instance was believed to hold (cache-aware routing).
+pub fn matched_fraction(endpoint: &str, fraction: f64) {
+    histogram!(MATCHED_FRACTION, "endpoint" => endpoint.to_owned()).record(fraction);
+}
+
+/// Blocks in an instance's index, and their approximate memory.
+pub fn index_size(endpoint: &str, instance: &str, blocks: usize) {
+    gauge!(INDEX_BLOCKS, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+        .set(blocks as f64);
+    gauge!(INDEX_BYTES, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+        .set((blocks * crate::routing::index::ENTRY_BYTES) as f64);
 }
 
 pub fn config_reload(ok: bool) {

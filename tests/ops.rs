@@ -110,14 +110,8 @@ async fn reload_under_traffic_loses_nothing_and_moves_only_the_new_share() {
         (0..200u64)
             .map(|k| {
                 let plan = ep.policy.plan(
-                    k.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                    &vec![
-                        kvgate::routing::Load {
-                            in_flight: 0,
-                            available: true
-                        };
-                        ep.instances.len()
-                    ],
+                    &kvgate::routing::Request::with_key(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                    &vec![kvgate::routing::Load::with_in_flight(0); ep.instances.len()],
                 );
                 ep.instances[plan.order[0]].id.clone()
             })

@@ -81,16 +81,48 @@ pub struct InstanceConfig {
     pub id: String,
     /// Base URL without a trailing slash, e.g. `http://10.0.0.11:8000`.
     pub url: String,
+    /// KV capacity assumed for this instance, tokens (cache-aware strategies).
+    pub cache_tokens: usize,
 }
 
 #[derive(Debug, Clone)]
 pub struct RoutingConfig {
     pub strategy: Strategy,
+    /// The spelling the file used (`PREFIX_AWARE`, `prefixaware`, …), if any.
+    pub strategy_as_written: Option<String>,
     pub prefix_length: usize,
     pub concurrency_threshold: usize,
     pub balance_factor: Option<f64>,
     pub virtual_nodes: usize,
     pub prompt_members: Vec<String>,
+    /// Characters of canonical prompt per index block (cache-aware strategies).
+    pub block_chars: usize,
+    /// KV capacity assumed per instance, tokens, unless an instance says otherwise.
+    pub cache_tokens: usize,
+    /// Most blocks one prompt contributes to the index.
+    pub max_prompt_blocks: usize,
+}
+
+impl RoutingConfig {
+    /// How far into a prompt the canonicaliser must look: the window for the
+    /// key, and for cache-aware strategies the whole indexed chain.
+    pub fn scan_chars(&self) -> usize {
+        if self.strategy.uses_index() {
+            self.prefix_length
+                .max(self.block_chars.saturating_mul(self.max_prompt_blocks))
+        } else {
+            self.prefix_length
+        }
+    }
+
+    /// Index capacity, in blocks, of an instance holding `cache_tokens`.
+    pub fn index_blocks(&self, cache_tokens: usize) -> usize {
+        if !self.strategy.uses_index() {
+            return 0;
+        }
+        let block_tokens = (self.block_chars / crate::routing::cost::CHARS_PER_TOKEN).max(1);
+        (cache_tokens / block_tokens).max(1)
+    }
 }
 
 impl Config {

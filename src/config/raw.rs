@@ -69,6 +69,8 @@ pub struct RawInstance {
     pub url: String,
     /// Stable id for the hash ring; defaults to the URL.
     pub id: Option<String>,
+    /// This instance's KV capacity in tokens, over the endpoint's `cache_tokens`.
+    pub cache_tokens: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -80,4 +82,7 @@ pub struct RawRouting {
     pub balance_factor: Option<f64>,
     pub virtual_nodes: Option<u64>,
     pub prompt_members: Option<Vec<String>>,
+    pub block_chars: Option<u64>,
+    pub cache_tokens: Option<u64>,
+    pub max_prompt_blocks: Option<u64>,
 }

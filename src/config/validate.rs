@@ -32,6 +32,16 @@ pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_PREFIX_LENGTH: u64 = 4096;
 pub const DEFAULT_CONCURRENCY_THRESHOLD: u64 = 10;
 pub const DEFAULT_VIRTUAL_NODES: u64 = 160;
+/// `longest_prefix` leaves balancing to its cost model; the threshold only
+/// guards an instance, so it defaults to vLLM's `max_num_seqs`.
+pub const DEFAULT_CACHE_AWARE_THRESHOLD: u64 = 256;
+/// 256 characters ≈ 64 tokens: four vLLM blocks, fine enough to follow a
+/// conversation turn by turn, coarse enough to keep the index small.
+pub const DEFAULT_BLOCK_CHARS: u64 = 256;
+/// kvgate-sim's preset and a typical 8B–70B vLLM instance: 384k tokens of KV.
+pub const DEFAULT_CACHE_TOKENS: u64 = 384_000;
+/// 1,024 blocks of 256 characters ≈ 64k tokens of prompt indexed at most.
+pub const DEFAULT_MAX_PROMPT_BLOCKS: u64 = 1024;
 
 pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let server = server(raw.server)?;
@@ -162,14 +172,36 @@ fn endpoint(i: usize, raw: RawEndpoint) -> Result<EndpointConfig, ConfigError> {
                 ),
             ));
         }
-        instances.push(InstanceConfig { id, url });
+        let cache_tokens = match inst.cache_tokens {
+            Some(t) => Some(cache_tokens(
+                &at(&format!("instances[{j}].cache_tokens")),
+                t,
+            )?),
+            None => None,
+        };
+        instances.push((
+            InstanceConfig {
+                id,
+                url,
+                cache_tokens: 0,
+            },
+            cache_tokens,
+        ));
     }
     let health = raw.health.map(|h| health(&at("health"), h)).transpose()?;
+    let routing = routing(&at("routing"), raw.routing)?;
+    let instances = instances
+        .into_iter()
+        .map(|(mut ic, own)| {
+            ic.cache_tokens = own.unwrap_or(routing.cache_tokens);
+            ic
+        })
+        .collect();
     Ok(EndpointConfig {
         name: raw.name,
         models: raw.models,
         instances,
-        routing: routing(&at("routing"), raw.routing)?,
+        routing,
         health,
         upstream_authorization: super::tenancy::upstream_authorization(
             &at("upstream_api_key"),
@@ -185,7 +217,7 @@ fn routing(at: &str, raw: RawRouting) -> Result<RoutingConfig, ConfigError> {
         Some(s) => Strategy::parse(s).ok_or_else(|| {
             ConfigError::new(
                 f("strategy"),
-                format!("{s:?} is not one of prefix_aware, least_outstanding_requests, random, round_robin"),
+                format!("{s:?} is not one of prefix_aware, longest_prefix, least_outstanding_requests, random, round_robin"),
             )
         })?,
     };
@@ -193,7 +225,11 @@ fn routing(at: &str, raw: RawRouting) -> Result<RoutingConfig, ConfigError> {
     in_range(&f("prefix_length"), prefix_length, 1024, 65536)?;
     let threshold = raw
         .concurrency_threshold
-        .unwrap_or(DEFAULT_CONCURRENCY_THRESHOLD);
+        .unwrap_or(if strategy.uses_index() {
+            DEFAULT_CACHE_AWARE_THRESHOLD
+        } else {
+            DEFAULT_CONCURRENCY_THRESHOLD
+        });
     in_range(&f("concurrency_threshold"), threshold, 1, 1024)?;
     let vnodes = raw.virtual_nodes.unwrap_or(DEFAULT_VIRTUAL_NODES);
     in_range(&f("virtual_nodes"), vnodes, 1, 4096)?;
@@ -218,8 +254,20 @@ fn routing(at: &str, raw: RawRouting) -> Result<RoutingConfig, ConfigError> {
             .map(|s| (*s).to_owned())
             .collect(),
     };
+    let block_chars = raw.block_chars.unwrap_or(DEFAULT_BLOCK_CHARS);
+    in_range(&f("block_chars"), block_chars, 16, 65536)?;
+    let max_blocks = raw.max_prompt_blocks.unwrap_or(DEFAULT_MAX_PROMPT_BLOCKS);
+    in_range(&f("max_prompt_blocks"), max_blocks, 1, 65536)?;
+    let cache = cache_tokens(
+        &f("cache_tokens"),
+        raw.cache_tokens.unwrap_or(DEFAULT_CACHE_TOKENS),
+    )?;
     Ok(RoutingConfig {
+        block_chars: usize::try_from(block_chars).unwrap_or(usize::MAX),
+        max_prompt_blocks: usize::try_from(max_blocks).unwrap_or(usize::MAX),
+        cache_tokens: cache,
         strategy,
+        strategy_as_written: raw.strategy,
         prefix_length: usize::try_from(prefix_length).unwrap_or(usize::MAX),
         concurrency_threshold: usize::try_from(threshold).unwrap_or(usize::MAX),
         balance_factor: raw.balance_factor,
@@ -252,6 +300,12 @@ fn health(at: &str, raw: RawHealth) -> Result<HealthConfig, ConfigError> {
         healthy_threshold: u32::try_from(up).unwrap_or(2),
         unhealthy_threshold: u32::try_from(down).unwrap_or(3),
     })
+}
+
+/// A KV capacity in tokens: 1,024 (a toy) ..= 2^32 (far beyond any GPU).
+fn cache_tokens(field: &str, v: u64) -> Result<usize, ConfigError> {
+    in_range(field, v, 1024, 1 << 32)?;
+    Ok(usize::try_from(v).unwrap_or(usize::MAX))
 }
 
 fn in_range(field: &str, v: u64, lo: u64, hi: u64) -> Result<(), ConfigError> {
@@ -328,6 +382,58 @@ endpoints:
         ] {
             Config::from_yaml(&format!("{OK}    routing: {{ strategy: {s} }}\n")).unwrap();
         }
+    }
+
+    #[test]
+    fn hyperpod_prefixaware_means_longest_prefix_and_sagemaker_keeps_hashing() {
+        let strategy = |s: &str| {
+            Config::from_yaml(&format!("{OK}    routing: {{ strategy: {s} }}\n"))
+                .unwrap()
+                .endpoints[0]
+                .routing
+                .clone()
+        };
+        for s in ["prefixaware", "longest_prefix", "PrefixAware"] {
+            let r = strategy(s);
+            assert_eq!(r.strategy, crate::routing::Strategy::LongestPrefix, "{s}");
+            assert_eq!(r.strategy_as_written.as_deref(), Some(s));
+            // Its own defaults: the cost model balances, the threshold only guards.
+            assert_eq!((r.concurrency_threshold, r.block_chars), (256, 256));
+            assert_eq!((r.cache_tokens, r.max_prompt_blocks), (384_000, 1024));
+        }
+        for s in ["PREFIX_AWARE", "prefix_aware", "prefix-aware"] {
+            assert_eq!(
+                strategy(s).strategy,
+                crate::routing::Strategy::PrefixAware,
+                "{s}"
+            );
+        }
+    }
+
+    #[test]
+    fn cache_aware_keys_are_range_checked_and_named() {
+        for (yaml, field, range) in [
+            ("block_chars: 8", "routing.block_chars", "16..=65536"),
+            (
+                "max_prompt_blocks: 0",
+                "routing.max_prompt_blocks",
+                "1..=65536",
+            ),
+            ("cache_tokens: 10", "routing.cache_tokens", "1024..="),
+        ] {
+            let e = err(&format!(
+                "{OK}    routing: {{ strategy: longest_prefix, {yaml} }}\n"
+            ));
+            assert!(
+                e.contains(&format!("endpoints[0].{field}")) && e.contains(range),
+                "{e}"
+            );
+        }
+        let e = err(&OK.replace(
+            "http://10.0.0.1:8000\"",
+            "http://10.0.0.1:8000\"\n        cache_tokens: 5",
+        ));
+        assert!(e.contains("instances[0].cache_tokens"), "{e}");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! instances (Mirrokni, Thorup, Zadimoghaddam, SODA 2018). The first available
 //! instance that is not full leads; when all are full, the least loaded does.
 
-use super::{Load, Plan, Policy, Reason, Ring, available_first, lead_with};
+use super::{Load, Plan, Policy, Reason, Request, Ring, available_first, balance_cap, lead_with};
 
 #[derive(Debug, Clone)]
 pub struct PrefixAware {
@@ -28,23 +28,15 @@ impl PrefixAware {
     pub fn ring(&self) -> &Ring {
         &self.ring
     }
-
-    /// The per-instance cap implied by the balance factor, if one is set.
-    fn balance_cap(&self, loads: &[Load]) -> Option<usize> {
-        let c = self.balance_factor?;
-        let up: Vec<&Load> = loads.iter().filter(|l| l.available).collect();
-        if up.is_empty() {
-            return None;
-        }
-        let total: usize = up.iter().map(|l| l.in_flight).sum();
-        let cap = (c * (total + 1) as f64 / up.len() as f64).ceil();
-        Some(cap.max(1.0) as usize)
-    }
 }
 
 impl Policy for PrefixAware {
-    fn plan(&self, key: u64, loads: &[Load]) -> Plan {
-        let mut order: Vec<usize> = self.ring.walk(key).filter(|&i| i < loads.len()).collect();
+    fn plan(&self, request: &Request, loads: &[Load]) -> Plan {
+        let mut order: Vec<usize> = self
+            .ring
+            .walk(request.key)
+            .filter(|&i| i < loads.len())
+            .collect();
         available_first(&mut order, loads);
         let Some(&head) = order.first() else {
             return Plan {
@@ -58,8 +50,7 @@ impl Policy for PrefixAware {
                 reason: Reason::LastResort,
             };
         }
-        let limit = self
-            .balance_cap(loads)
+        let limit = balance_cap(self.balance_factor, loads)
             .map_or(self.threshold, |cap| cap.min(self.threshold));
         let fits = |i: usize| loads[i].available && loads[i].in_flight < limit;
         if let Some(pos) = order.iter().position(|&i| fits(i)) {
@@ -100,7 +91,8 @@ mod tests {
         vec![
             Load {
                 in_flight: 0,
-                available: true
+                available: true,
+                ..Load::default()
             };
             n
         ]
@@ -109,7 +101,7 @@ mod tests {
     #[test]
     fn idle_fleet_gives_ring_order_with_affinity() {
         let p = policy(5, 4, None);
-        let plan = p.plan(99, &idle(5));
+        let plan = p.plan(&Request::with_key(99), &idle(5));
         assert_eq!(plan.reason, Reason::Affinity);
         assert_eq!(plan.order, p.ring().walk(99).collect::<Vec<_>>());
     }
@@ -120,7 +112,7 @@ mod tests {
         let ring_order: Vec<usize> = p.ring().walk(99).collect();
         let mut loads = idle(5);
         loads[ring_order[0]].in_flight = 4;
-        let plan = p.plan(99, &loads);
+        let plan = p.plan(&Request::with_key(99), &loads);
         assert_eq!(plan.reason, Reason::Overflow);
         assert_eq!(plan.order[0], ring_order[1]);
         assert_eq!(plan.order.len(), 5);
@@ -133,17 +125,20 @@ mod tests {
             Load {
                 in_flight: 5,
                 available: true,
+                ..Load::default()
             },
             Load {
                 in_flight: 2,
                 available: true,
+                ..Load::default()
             },
             Load {
                 in_flight: 3,
                 available: true,
+                ..Load::default()
             },
         ];
-        let plan = p.plan(7, &loads);
+        let plan = p.plan(&Request::with_key(7), &loads);
         assert_eq!(plan.reason, Reason::Fallback);
         assert_eq!(plan.order[0], 1);
     }
@@ -154,7 +149,7 @@ mod tests {
         let ring_order: Vec<usize> = p.ring().walk(5).collect();
         let mut loads = idle(4);
         loads[ring_order[0]].available = false;
-        let plan = p.plan(5, &loads);
+        let plan = p.plan(&Request::with_key(5), &loads);
         assert_eq!(plan.reason, Reason::Affinity);
         assert_eq!(plan.order[0], ring_order[1]);
         assert_eq!(*plan.order.last().unwrap_or(&usize::MAX), ring_order[0]);
@@ -166,11 +161,15 @@ mod tests {
         let loads = vec![
             Load {
                 in_flight: 0,
-                available: false
+                available: false,
+                ..Load::default()
             };
             2
         ];
-        assert_eq!(p.plan(1, &loads).reason, Reason::LastResort);
+        assert_eq!(
+            p.plan(&Request::with_key(1), &loads).reason,
+            Reason::LastResort
+        );
     }
 
     #[test]
@@ -181,7 +180,7 @@ mod tests {
         let ring_order: Vec<usize> = p.ring().walk(11).collect();
         let mut loads = idle(4);
         loads[ring_order[0]].in_flight = 3;
-        let plan = p.plan(11, &loads);
+        let plan = p.plan(&Request::with_key(11), &loads);
         assert_eq!(plan.reason, Reason::Overflow);
         assert_ne!(plan.order[0], ring_order[0]);
     }

@@ -1,21 +1,32 @@
 //! Routing policy: given a request's key and the instances' loads, in what
 //! order should the instances be tried? The upstream code does the trying.
 //!
-//! Strategies implement [`Policy`]; the ring ([`ring`]) is a pure data
-//! structure built from instance ids so it can be tested and benchmarked alone.
+//! Strategies implement [`Policy`]. The ring ([`ring`]), the per-instance
+//! block index ([`index`]) and the cost model ([`cost`]) are pure data
+//! structures built from ids and numbers, so each can be tested and benchmarked
+//! alone; nothing here knows HTTP or the upstream module.
 
 mod bounded;
+pub mod cost;
+pub mod index;
+mod longest;
 pub mod ring;
 mod simple;
 
 pub use bounded::PrefixAware;
+pub use cost::{Cost, CostModel};
+pub use index::BlockIndex;
+pub use longest::LongestPrefix;
 pub use ring::Ring;
 pub use simple::{LeastOutstanding, Random, RoundRobin};
 
 /// The routing strategies a config can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
+    /// SageMaker's `PREFIX_AWARE`: a fixed window hashed onto a bounded-load ring.
     PrefixAware,
+    /// HyperPod's `prefixaware`: the longest cached prefix, weighed against queued prefill.
+    LongestPrefix,
     LeastOutstandingRequests,
     Random,
     RoundRobin,
@@ -23,9 +34,13 @@ pub enum Strategy {
 
 impl Strategy {
     /// Accepts snake_case names and SageMaker's spellings (`PREFIX_AWARE`, …).
+    /// Case matters for one pair: SageMaker's `PREFIX_AWARE` / `prefix_aware`
+    /// is the hashing strategy, HyperPod's `prefixaware` (no underscore) its
+    /// longest-prefix routing.
     pub fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().replace('-', "_").as_str() {
-            "prefix_aware" | "prefixaware" => Some(Self::PrefixAware),
+            "prefix_aware" => Some(Self::PrefixAware),
+            "longest_prefix" | "prefixaware" => Some(Self::LongestPrefix),
             "least_outstanding_requests" | "least_outstanding" => {
                 Some(Self::LeastOutstandingRequests)
             }
@@ -38,6 +53,7 @@ impl Strategy {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::PrefixAware => "prefix_aware",
+            Self::LongestPrefix => "longest_prefix",
             Self::LeastOutstandingRequests => "least_outstanding_requests",
             Self::Random => "random",
             Self::RoundRobin => "round_robin",
@@ -45,13 +61,70 @@ impl Strategy {
     }
 }
 
+impl Strategy {
+    /// Whether requests need a block chain and instances a [`BlockIndex`].
+    pub fn uses_index(self) -> bool {
+        self == Self::LongestPrefix
+    }
+
+    /// One line on what the strategy does, for `kvgate check`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::PrefixAware => {
+                "SageMaker PREFIX_AWARE: hash of the first prefix_length units, bounded-load consistent hashing"
+            }
+            Self::LongestPrefix => {
+                "HyperPod prefixaware: longest cached prefix per instance, weighed against the prefill queued there"
+            }
+            Self::LeastOutstandingRequests => "fewest requests in flight",
+            Self::Random => "uniformly random",
+            Self::RoundRobin => "each instance in turn",
+        }
+    }
+}
+
+/// What a policy knows of the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Request {
+    /// The routing key (tenant, partition, window): the ring position.
+    pub key: u64,
+    /// Estimated prompt tokens.
+    pub prompt_tokens: u64,
+}
+
+impl Request {
+    /// A request known only by its key (prompt-blind strategies, tests).
+    pub fn with_key(key: u64) -> Self {
+        Self {
+            key,
+            ..Self::default()
+        }
+    }
+}
+
 /// What a policy knows of one instance at decision time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Load {
     /// Requests dispatched and not yet finished.
     pub in_flight: usize,
     /// False while the instance is ejected or cooling down after a failure.
     pub available: bool,
+    /// Estimated prefill tokens of its requests that have no first byte yet.
+    pub queued_prefill: u64,
+    /// Leading blocks of this request's chain the instance holds (cache-aware
+    /// strategies; 0 otherwise).
+    pub matched_blocks: usize,
+}
+
+impl Load {
+    /// An available instance with `in_flight` requests and nothing else known.
+    pub fn with_in_flight(in_flight: usize) -> Self {
+        Self {
+            in_flight,
+            available: true,
+            ..Self::default()
+        }
+    }
 }
 
 /// Why the first candidate was chosen.
@@ -67,6 +140,13 @@ pub enum Reason {
     Balance,
     /// No instance is available; trying the unavailable ones as a last resort.
     LastResort,
+    /// Cache-aware: the cheapest instance holds the longest cached prefix.
+    CacheHit,
+    /// Cache-aware: an instance holding more of the prompt was busier than
+    /// recomputing it here (a hot prefix spreading to another instance).
+    CacheSpread,
+    /// Cache-aware: no instance holds any of the prompt; the least loaded.
+    Cold,
 }
 
 impl Reason {
@@ -77,6 +157,9 @@ impl Reason {
             Self::Fallback => "fallback",
             Self::Balance => "balance",
             Self::LastResort => "last_resort",
+            Self::CacheHit => "cache_hit",
+            Self::CacheSpread => "cache_spread",
+            Self::Cold => "cold",
         }
     }
 }
@@ -90,8 +173,19 @@ pub struct Plan {
 
 /// A routing strategy. Implementations must be cheap: this runs on every request.
 pub trait Policy: Send + Sync + std::fmt::Debug {
-    /// Order every instance index of `loads` by preference for a request with `key`.
-    fn plan(&self, key: u64, loads: &[Load]) -> Plan;
+    /// Order every instance index of `loads` by preference for `request`.
+    fn plan(&self, request: &Request, loads: &[Load]) -> Plan;
+
+    /// Each instance's estimated cost, for strategies that weigh one (`explain`).
+    fn costs(&self, _request: &Request, _loads: &[Load]) -> Option<Vec<Cost>> {
+        None
+    }
+
+    /// Prefill tokens `request` adds to an instance's queue until its first
+    /// byte, given how much of it the instance holds.
+    fn queued_charge(&self, request: &Request, _load: &Load) -> u64 {
+        request.prompt_tokens.saturating_add(cost::REQUEST_OVERHEAD)
+    }
 }
 
 /// Settings every policy is built from.
@@ -102,6 +196,8 @@ pub struct PolicySpec<'a> {
     pub virtual_nodes: usize,
     pub concurrency_threshold: usize,
     pub balance_factor: Option<f64>,
+    /// Characters per index block (cache-aware strategies).
+    pub block_chars: usize,
 }
 
 /// Build the policy a config names.
@@ -111,6 +207,12 @@ pub fn build(spec: &PolicySpec<'_>) -> Box<dyn Policy> {
             Ring::new(spec.ids, spec.virtual_nodes),
             spec.concurrency_threshold,
             spec.balance_factor,
+        )),
+        Strategy::LongestPrefix => Box::new(LongestPrefix::new(
+            Ring::new(spec.ids, spec.virtual_nodes),
+            spec.concurrency_threshold,
+            spec.balance_factor,
+            CostModel::for_block_chars(spec.block_chars),
         )),
         Strategy::LeastOutstandingRequests => Box::new(LeastOutstanding),
         Strategy::Random => Box::new(Random),
@@ -132,4 +234,19 @@ fn available_first(order: &mut Vec<usize>, loads: &[Load]) {
         .partition(|&&i| loads.get(i).is_some_and(|l| l.available));
     up.extend(down);
     *order = up;
+}
+
+/// The per-instance cap implied by a balance factor c: ⌈c·(m+1)/n⌉ for m in
+/// flight over n available instances (Mirrokni, Thorup, Zadimoghaddam).
+fn balance_cap(balance_factor: Option<f64>, loads: &[Load]) -> Option<usize> {
+    let c = balance_factor?;
+    let (up, total) = loads
+        .iter()
+        .filter(|l| l.available)
+        .fold((0usize, 0usize), |(n, m), l| (n + 1, m + l.in_flight));
+    if up == 0 {
+        return None;
+    }
+    let cap = (c * (total + 1) as f64 / up as f64).ceil();
+    Some(cap.max(1.0) as usize)
 }

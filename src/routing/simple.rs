@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{Load, Plan, Policy, Reason, available_first, lead_with};
+use super::{Load, Plan, Policy, Reason, Request, available_first, lead_with};
 
 fn plan_with(first: Option<usize>, loads: &[Load]) -> Plan {
     let mut order: Vec<usize> = (0..loads.len()).collect();
@@ -31,7 +31,7 @@ fn available(loads: &[Load]) -> impl Iterator<Item = usize> + '_ {
 pub struct Random;
 
 impl Policy for Random {
-    fn plan(&self, _key: u64, loads: &[Load]) -> Plan {
+    fn plan(&self, _request: &Request, loads: &[Load]) -> Plan {
         let up: Vec<usize> = available(loads).collect();
         let first = (!up.is_empty()).then(|| up[rand::random_range(0..up.len())]);
         plan_with(first, loads)
@@ -45,7 +45,7 @@ pub struct RoundRobin {
 }
 
 impl Policy for RoundRobin {
-    fn plan(&self, _key: u64, loads: &[Load]) -> Plan {
+    fn plan(&self, _request: &Request, loads: &[Load]) -> Plan {
         let up: Vec<usize> = available(loads).collect();
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let first = (!up.is_empty()).then(|| up[n % up.len()]);
@@ -59,7 +59,7 @@ impl Policy for RoundRobin {
 pub struct LeastOutstanding;
 
 impl Policy for LeastOutstanding {
-    fn plan(&self, _key: u64, loads: &[Load]) -> Plan {
+    fn plan(&self, _request: &Request, loads: &[Load]) -> Plan {
         let min = available(loads).map(|i| loads[i].in_flight).min();
         let tied: Vec<usize> = available(loads)
             .filter(|&i| Some(loads[i].in_flight) == min)
@@ -79,6 +79,7 @@ mod tests {
             .map(|&n| Load {
                 in_flight: n,
                 available: true,
+                ..Load::default()
             })
             .collect()
     }
@@ -87,14 +88,14 @@ mod tests {
     fn round_robin_cycles() {
         let rr = RoundRobin::default();
         let firsts: Vec<usize> = (0..6)
-            .map(|_| rr.plan(0, &loads(&[0, 0, 0])).order[0])
+            .map(|_| rr.plan(&Request::with_key(0), &loads(&[0, 0, 0])).order[0])
             .collect();
         assert_eq!(firsts, vec![0, 1, 2, 0, 1, 2]);
     }
 
     #[test]
     fn least_outstanding_picks_min() {
-        let plan = LeastOutstanding.plan(0, &loads(&[3, 1, 2]));
+        let plan = LeastOutstanding.plan(&Request::with_key(0), &loads(&[3, 1, 2]));
         assert_eq!(plan.order[0], 1);
         assert_eq!(plan.order.len(), 3);
     }
@@ -104,7 +105,7 @@ mod tests {
         let mut l = loads(&[0, 0]);
         l[0].available = false;
         for _ in 0..50 {
-            assert_eq!(Random.plan(0, &l).order, vec![1, 0]);
+            assert_eq!(Random.plan(&Request::with_key(0), &l).order, vec![1, 0]);
         }
     }
 }

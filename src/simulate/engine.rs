@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::routing::{Load, Policy, Reason};
+use crate::routing::{Load, Policy, Reason, Request};
 
 use super::instance::{Instance, Record, Timing};
 use super::workload::Workload;
@@ -50,13 +50,7 @@ pub fn run(
     };
     let mut fleet: Vec<Instance> = (0..n).map(|_| Instance::new(timing)).collect();
     let mut rec = Record::new(w.requests.len());
-    let mut loads = vec![
-        Load {
-            in_flight: 0,
-            available: true,
-        };
-        n
-    ];
+    let mut loads = vec![Load::with_in_flight(0); n];
     let mut placed = vec![0usize; n];
     let mut overflowed = 0usize;
     let mut next = 0usize;
@@ -75,7 +69,8 @@ pub fn run(
                 for (load, inst) in loads.iter_mut().zip(&fleet) {
                     load.in_flight = inst.in_flight();
                 }
-                let plan = policy.plan(keys.get(next).copied().unwrap_or(0), &loads);
+                let request = Request::with_key(keys.get(next).copied().unwrap_or(0));
+                let plan = policy.plan(&request, &loads);
                 let target = plan.order.first().copied().unwrap_or(0).min(n - 1);
                 if matches!(plan.reason, Reason::Overflow | Reason::Fallback) {
                     overflowed += 1;
@@ -180,6 +175,7 @@ mod tests {
             virtual_nodes: 160,
             concurrency_threshold: 16,
             balance_factor: None,
+            block_chars: 256,
         });
         let w = Workload::new(trace, 16);
         // Room for 3 of the 8 prefixes (256 blocks each) per instance.

@@ -96,6 +96,7 @@ pub fn sweep(
             virtual_nodes: fleet.virtual_nodes,
             concurrency_threshold: s.concurrency_threshold.unwrap_or(usize::MAX),
             balance_factor: fleet.balance_factor,
+            block_chars: 256,
         });
         let k = s.prefix_length.and_then(|p| keys.get(&p));
         let stats = run(

@@ -113,6 +113,9 @@ where
         let mut this = self.project();
         match this.inner.poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
+                if let Some(g) = this.guard.as_mut() {
+                    g.prefill_done();
+                }
                 this.scanner.feed(&chunk);
                 this.idle
                     .as_mut()

@@ -19,7 +19,7 @@ use super::headers;
 use super::instance::Instance;
 use crate::error::{ApiError, ErrorKind};
 use crate::route_input::RouteInput;
-use crate::routing::{Load, Reason};
+use crate::routing::{Load, Reason, Request};
 use crate::state::Runtime;
 use crate::telemetry;
 
@@ -45,8 +45,12 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
     let ep = &f.input.endpoint;
     let server = &f.runtime.config.server;
     let started = Instant::now();
-    let loads: Vec<Load> = ep.instances.iter().map(|i| i.load()).collect();
-    let plan = ep.policy.plan(f.input.key, &loads);
+    let loads = ep.loads(&f.input.chain);
+    let request = Request {
+        key: f.input.key,
+        prompt_tokens: f.input.prompt_tokens,
+    };
+    let plan = ep.policy.plan(&request, &loads);
     let routing_took = started.elapsed();
 
     let mut upstream_headers = headers::upstream_request(f.headers);
@@ -72,7 +76,17 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
             "failover"
         };
         telemetry::routing_decision(ep.name(), &instance.id, outcome, routing_took);
-        let guard = instance.claim();
+        let load = loads.get(idx).copied().unwrap_or_default();
+        if ep.config.routing.strategy.uses_index() {
+            telemetry::matched_fraction(ep.name(), matched_fraction(ep, &request, &load));
+        }
+        let guard = instance.claim(ep.policy.queued_charge(&request, &load));
+        // The instance will cache what it prefills; a request that never gets
+        // there is taken back out below.
+        let inserted = instance.index.insert(&f.input.chain);
+        if ep.config.routing.strategy.uses_index() {
+            telemetry::index_size(ep.name(), &instance.id, inserted.len);
+        }
         let sent = Instant::now();
         let request = f
             .runtime
@@ -95,6 +109,7 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
                 ));
             }
             Ok(Err(e)) => {
+                instance.index.forget(&f.input.chain, inserted);
                 instance.connect_failed(server.failover_cooldown);
                 tracing::warn!(endpoint = %ep.name(), instance = %instance.id, error = %error_chain(&e), "upstream connection failed; trying the next instance");
                 telemetry::retry(ep.name(), &instance.id, "connect");
@@ -125,6 +140,8 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
             StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE
         ) && attempt + 1 < count
         {
+            // Overloaded or starting: it did no work for this request.
+            instance.index.forget(&f.input.chain, inserted);
             telemetry::retry(ep.name(), &instance.id, "status");
             last_kind = ErrorKind::BadGateway;
             last_error = format!("an instance answered {status}");
@@ -200,6 +217,13 @@ fn client_response(
     *resp.status_mut() = status;
     *resp.headers_mut() = hdrs;
     resp
+}
+
+/// The share of the prompt the chosen instance is believed to hold.
+fn matched_fraction(ep: &crate::state::Endpoint, request: &Request, load: &Load) -> f64 {
+    let model = crate::routing::CostModel::for_block_chars(ep.config.routing.block_chars);
+    let cost = model.cost(request.prompt_tokens, load.matched_blocks, 0, 0);
+    cost.cached_tokens as f64 / request.prompt_tokens.max(1) as f64
 }
 
 /// reqwest's Display hides the cause ("error sending request"); show the chain.

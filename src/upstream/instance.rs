@@ -3,14 +3,17 @@
 //! The in-flight count rises in [`Instance::claim`] and falls when the
 //! returned [`InflightGuard`] drops — which the response body does when it
 //! ends, errors, times out or is dropped by a departing client. RAII makes a
-//! leak impossible short of leaking the guard itself.
+//! leak impossible short of leaking the guard itself. The guard also holds the
+//! request's charge on the instance's queued prefill ([`Load::queued_prefill`]),
+//! given back at the response's first body byte (the engine has prefilled it)
+//! or when the guard drops, whichever comes first.
 
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::routing::Load;
+use crate::routing::{BlockIndex, Load};
 use crate::telemetry;
 
 #[derive(Debug)]
@@ -19,6 +22,10 @@ pub struct Instance {
     pub id: String,
     pub url: String,
     in_flight: AtomicUsize,
+    /// Estimated prefill tokens of requests that have no first byte yet.
+    queued_prefill: AtomicU64,
+    /// The block chains believed cached here (cache-aware strategies).
+    pub index: BlockIndex,
     /// Milliseconds since [`epoch`] until which the instance is skipped.
     cooldown_until: AtomicU64,
     /// Set by health checks; starts healthy so a new fleet serves at once.
@@ -54,6 +61,8 @@ impl Instance {
             id: id.to_owned(),
             url: url.to_owned(),
             in_flight: AtomicUsize::new(0),
+            queued_prefill: AtomicU64::new(0),
+            index: BlockIndex::default(),
             cooldown_until: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
             failures: AtomicU32::new(0),
@@ -72,10 +81,18 @@ impl Instance {
             && self.cooldown_until.load(Ordering::Relaxed) <= now_ms()
     }
 
+    /// Estimated prefill tokens waiting here.
+    pub fn queued_prefill(&self) -> u64 {
+        self.queued_prefill.load(Ordering::Relaxed)
+    }
+
+    /// Load as a policy sees it; `matched_blocks` is the caller's to fill in.
     pub fn load(&self) -> Load {
         Load {
             in_flight: self.in_flight(),
             available: self.available(),
+            queued_prefill: self.queued_prefill(),
+            matched_blocks: 0,
         }
     }
 
@@ -141,12 +158,15 @@ impl Instance {
         }
     }
 
-    /// Count one more request in flight until the guard drops.
-    pub fn claim(self: &Arc<Self>) -> InflightGuard {
+    /// Count one more request in flight until the guard drops, and `prefill`
+    /// more tokens queued until [`InflightGuard::prefill_done`].
+    pub fn claim(self: &Arc<Self>, prefill: u64) -> InflightGuard {
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.queued_prefill.fetch_add(prefill, Ordering::Relaxed);
         telemetry::in_flight(&self.endpoint, &self.id, n);
         InflightGuard {
             instance: Arc::clone(self),
+            prefill,
         }
     }
 }
@@ -160,16 +180,28 @@ fn backoff(base: Duration, n: u32) -> Duration {
 #[derive(Debug)]
 pub struct InflightGuard {
     instance: Arc<Instance>,
+    /// Queued-prefill tokens not yet given back.
+    prefill: u64,
 }
 
 impl InflightGuard {
     pub fn instance(&self) -> &Arc<Instance> {
         &self.instance
     }
+
+    /// The request's prefill is over (its first byte came): stop counting it
+    /// as queued. Idempotent.
+    pub fn prefill_done(&mut self) {
+        let p = std::mem::take(&mut self.prefill);
+        if p > 0 {
+            self.instance.queued_prefill.fetch_sub(p, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
+        self.prefill_done();
         let prev = self.instance.in_flight.fetch_sub(1, Ordering::Relaxed);
         telemetry::in_flight(
             &self.instance.endpoint,
@@ -186,13 +218,16 @@ mod tests {
     #[test]
     fn guard_counts_and_releases() {
         let i = Instance::new("e", "a", "http://a");
-        let g1 = i.claim();
-        let g2 = i.claim();
-        assert_eq!(i.in_flight(), 2);
+        let mut g1 = i.claim(100);
+        let g2 = i.claim(50);
+        assert_eq!((i.in_flight(), i.queued_prefill()), (2, 150));
+        g1.prefill_done();
+        g1.prefill_done();
+        assert_eq!((i.in_flight(), i.queued_prefill()), (2, 50));
         drop(g1);
         assert_eq!(i.in_flight(), 1);
         drop(g2);
-        assert_eq!(i.in_flight(), 0);
+        assert_eq!((i.in_flight(), i.queued_prefill()), (0, 0));
     }
 
     #[test]

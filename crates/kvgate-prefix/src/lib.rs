@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! bytes ─parse_strict─► Value ─{chat,completions,native}_window─► window ─routing_key─► u64
+//!                                                                   └─block_chain─► [u64] (cache-aware routing)
 //! ```
 //!
 //! Nothing here is async, allocates without bound, or panics on any input: every
@@ -13,6 +14,7 @@
 
 mod api;
 mod canonical;
+mod chain;
 mod json_error;
 mod key;
 mod parse;
@@ -22,6 +24,7 @@ mod window;
 
 pub use api::Api;
 pub use canonical::write_canonical;
+pub use chain::block_chain;
 pub use json_error::{JsonError, JsonErrorKind};
 pub use key::routing_key;
 pub use parse::{MAX_DEPTH, parse_strict};
