@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use kvgate_sim::{SimConfig, SimHandle, spawn_fleet};
 
+use crate::routing::Strategy;
 use crate::state::AppState;
 use crate::{Config, build_state};
 
@@ -15,6 +16,8 @@ pub struct DemoOptions {
     pub instances: usize,
     /// 1.0 runs the simulated fleet in real time; 0.1 ten times faster.
     pub time_scale: f64,
+    /// The routing strategy in front of the fleet.
+    pub strategy: Strategy,
 }
 
 impl Default for DemoOptions {
@@ -22,7 +25,31 @@ impl Default for DemoOptions {
         Self {
             instances: 4,
             time_scale: 1.0,
+            strategy: Strategy::LongestPrefix,
         }
+    }
+}
+
+/// The routing block of the demo's config, and a one-line summary for the banner.
+fn routing_yaml(strategy: Strategy, sim: &SimConfig) -> (String, String) {
+    match strategy {
+        Strategy::LongestPrefix => {
+            let cache = sim.cache_blocks * sim.block_size;
+            (
+                format!("      strategy: longest_prefix\n      cache_tokens: {cache}\n"),
+                format!("longest_prefix (cache_tokens {cache}, the simulated instances' KV)"),
+            )
+        }
+        other => (
+            format!(
+                "      strategy: {}\n      prefix_length: 4096\n      concurrency_threshold: 10\n",
+                other.as_str()
+            ),
+            format!(
+                "{} (prefix_length 4096, concurrency_threshold 10)",
+                other.as_str()
+            ),
+        ),
     }
 }
 
@@ -32,6 +59,8 @@ pub struct Demo {
     pub config_yaml: String,
     pub state: Arc<AppState>,
     pub fleet: Vec<SimHandle>,
+    /// The routing settings in a line, for the banner.
+    pub routing: String,
 }
 
 /// Start the simulated instances and build the gateway's config over them.
@@ -46,6 +75,7 @@ pub async fn start_fleet(opts: &DemoOptions, listen: SocketAddr) -> anyhow::Resu
         .iter()
         .map(|h| format!("      - url: \"{}\"\n", h.url()))
         .collect();
+    let (routing, _) = routing_yaml(opts.strategy, &sim);
     let config_yaml = format!(
         r#"server:
   listen: "{listen}"
@@ -54,10 +84,7 @@ endpoints:
     models: ["{model}"]
     instances:
 {instances}    routing:
-      strategy: prefix_aware
-      prefix_length: 4096
-      concurrency_threshold: 10
-    health:
+{routing}    health:
       path: /health
       interval_ms: 2000
 "#
@@ -68,6 +95,7 @@ endpoints:
         config_yaml,
         state,
         fleet,
+        routing: routing_yaml(opts.strategy, &sim).1,
     })
 }
 
@@ -79,7 +107,7 @@ pub fn banner(demo: &Demo, addr: SocketAddr) -> String {
         r#"
 kvgate demo: gateway on http://{addr} in front of {n} simulated vLLM instances
   ({fleet})
-  model "{model}"; routing prefix_aware (prefix_length 4096, concurrency_threshold 10)
+  model "{model}"; routing {routing}
 
 Try it: run the curl twice. The second call shares the long system prompt, lands on the
 same (now warm) instance, reports cached_tokens and answers much sooner:
@@ -91,6 +119,12 @@ same (now warm) instance, reports cached_tokens and answers much sooner:
 
   curl -s http://{addr}/v1/models
   curl -s http://{addr}/metrics | grep kvgate_routing_decisions_total
+
+Why did it go there? The same body to the explain route shows, per instance, how much of
+the prompt it holds, the prefill queued on it and the cost:
+
+  curl -s http://{addr}/admin/explain/v1/chat/completions -H 'content-type: application/json' \
+    -d "{{\"model\":\"{model}\",\"messages\":[{{\"role\":\"system\",\"content\":\"$SYS\"}},{{\"role\":\"user\",\"content\":\"hi\"}}]}}"
 
 With the OpenAI SDK (pip install openai):
 
@@ -107,5 +141,6 @@ Ctrl-C stops it.
         n = demo.fleet.len(),
         fleet = fleet.join(", "),
         yaml = demo.config_yaml,
+        routing = demo.routing,
     )
 }

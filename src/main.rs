@@ -40,6 +40,9 @@ enum Command {
         /// Simulated time per real time: 1.0 real time, 0.1 ten times faster.
         #[arg(long, default_value_t = 1.0)]
         time_scale: f64,
+        /// Routing strategy: longest_prefix, prefix_aware, least_outstanding_requests, random, round_robin.
+        #[arg(long, default_value = "longest_prefix")]
+        strategy: kvgate::routing::Strategy,
     },
     /// GET a URL and exit 0 on a 2xx (the container's HEALTHCHECK; the image has no curl).
     Probe {
@@ -141,10 +144,12 @@ fn main() -> ExitCode {
             listen,
             instances,
             time_scale,
+            strategy,
         } => run(async move {
             let opts = kvgate::demo::DemoOptions {
                 instances,
                 time_scale,
+                strategy,
             };
             let demo = kvgate::demo::start_fleet(&opts, listen).await?;
             let listener = tokio::net::TcpListener::bind(listen).await?;

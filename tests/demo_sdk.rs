@@ -25,6 +25,7 @@ async fn demo() -> (
         &DemoOptions {
             instances: 3,
             time_scale: 0.05,
+            ..DemoOptions::default()
         },
         addr,
     )

@@ -61,6 +61,18 @@ impl Strategy {
     }
 }
 
+impl std::str::FromStr for Strategy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::parse(s).ok_or_else(|| {
+            format!(
+                "unknown strategy {s:?} (longest_prefix, prefix_aware, least_outstanding_requests, random, round_robin)"
+            )
+        })
+    }
+}
+
 impl Strategy {
     /// Whether requests need a block chain and instances a [`BlockIndex`].
     pub fn uses_index(self) -> bool {
