@@ -70,8 +70,9 @@ enum Command {
         tenant: String,
     },
     /// Replay a Mooncake trace through the routing policies onto a simulated
-    /// fleet, offline in virtual time; sweep prefix_length × concurrency_threshold
-    /// and recommend a setting.
+    /// fleet, offline in virtual time; sweep prefix_aware's prefix_length ×
+    /// concurrency_threshold and longest_prefix's block_chars × assumed cache size,
+    /// and recommend a setting of each.
     Simulate(kvgate::simulate::SimulateArgs),
 }
 

@@ -245,3 +245,39 @@ pub fn analyse(
         window,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The key's window cut from a longer scan equals the window asked for directly,
+    /// so `longest_prefix` and `prefix_aware` compute the same keys.
+    #[test]
+    fn key_window_from_a_longer_scan_is_the_window() {
+        let text = "héllo wörld, ünïcode and ascii; ".repeat(200);
+        let chat = serde_json::json!({"messages": [
+            {"role": "system", "content": text},
+            {"role": "user", "content": [{"type": "text", "text": "q"}, {"type": "image_url", "image_url": {"url": "x"}}]},
+        ], "tools": [{"type": "function"}]});
+        let completions = serde_json::json!({"prompt": text});
+        let members = kvgate_prefix::default_prompt_members();
+        for limit in [1, 1024, 4000, 6400, 7000] {
+            let long = kvgate_prefix::chat_window(&chat, 100_000).unwrap_or_default();
+            let short = kvgate_prefix::chat_window(&chat, limit).unwrap_or_default();
+            let n = key_window_len(Api::Chat, long.as_bytes(), limit);
+            assert_eq!(&long.as_bytes()[..n], short.as_bytes(), "chat {limit}");
+            let long = kvgate_prefix::completions_window(&completions, 100_000).unwrap_or_default();
+            let short = kvgate_prefix::completions_window(&completions, limit).unwrap_or_default();
+            let n = key_window_len(Api::Completions, long.as_bytes(), limit);
+            assert_eq!(
+                &long.as_bytes()[..n],
+                short.as_bytes(),
+                "completions {limit}"
+            );
+            let long = kvgate_prefix::native_window(&chat, &members, 100_000);
+            let short = kvgate_prefix::native_window(&chat, &members, limit);
+            let n = key_window_len(Api::Native, &long, limit);
+            assert_eq!(&long[..n], &short[..], "native {limit}");
+        }
+    }
+}

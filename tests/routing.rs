@@ -10,6 +10,11 @@
 
 mod common;
 
+#[path = "routing/cache_aware.rs"]
+mod cache_aware;
+#[path = "routing/cache_index.rs"]
+mod cache_index;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -13,7 +13,9 @@ use std::time::Duration;
 use crate::routing::Strategy;
 
 pub use tenancy::{AuthConfig, Limits, Secret, TenancyConfig, TenantsConfig};
-pub use validate::ConfigError;
+pub use validate::{
+    ConfigError, DEFAULT_CACHE_AWARE_THRESHOLD, DEFAULT_MAX_PROMPT_BLOCKS, DEFAULT_PREFIX_LENGTH,
+};
 
 /// A validated configuration. Every value has been range-checked; every
 /// default has been filled in.

@@ -209,3 +209,7 @@ mod tests {
         assert_eq!((idx.capacity(), idx.matched(&chain(1, 5))), (0, 0));
     }
 }
+
+#[cfg(test)]
+#[path = "index_props.rs"]
+mod index_props;

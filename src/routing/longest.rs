@@ -131,7 +131,7 @@ mod tests {
     #[test]
     fn cold_prompt_on_idle_fleet_follows_the_ring() {
         let p = policy(5, 8);
-        let plan = p.plan(&req(1000), &vec![Load::with_in_flight(0); 5]);
+        let plan = p.plan(&req(1000), &[Load::with_in_flight(0); 5]);
         assert_eq!(plan.reason, Reason::Cold);
         assert_eq!(plan.order, p.ring.walk(42).collect::<Vec<_>>());
     }

@@ -1,14 +1,20 @@
 //! The discrete-event loop: trace arrivals and instances' step ends, in virtual
 //! time order. Each arrival is routed by the gateway's own [`Policy`] from the
-//! instances' in-flight counts (dispatched and not finished, as the gateway's
-//! in-flight guards count them), so `concurrency_threshold` overflow happens
-//! exactly as it would live. Cost: O(log) per cache block touched plus
-//! O(instances + running) per event; no allocation per step.
+//! loads the gateway would see: in-flight counts (dispatched and not finished,
+//! as the in-flight guards count them), so `concurrency_threshold` overflow
+//! happens exactly as it would live, and queued prefill (each request's
+//! `queued_charge` until its first token). For cache-aware strategies the
+//! engine also keeps the gateway's [`BlockIndex`] per instance: a request's
+//! `matched_blocks` come from it and its chain is inserted where it goes, as
+//! `upstream::forward` does. Cost: O(log) per cache block touched plus
+//! O(instances + running) per event; no allocation per step; for cache-aware
+//! strategies O(instances · log chain + chain) more per arrival.
 
 use serde::Serialize;
 
-use crate::routing::{Load, Policy, Reason, Request};
+use crate::routing::{BlockIndex, CostModel, Load, Policy, Reason, Request};
 
+use super::chain::Chains;
 use super::instance::{Instance, Record, Timing};
 use super::workload::Workload;
 
@@ -26,18 +32,73 @@ pub struct RunStats {
     /// Each instance's share of requests.
     pub shares: Vec<f64>,
     pub max_share: f64,
-    /// Share of requests not placed on their preferred instance (overflow or fallback).
+    /// Share of requests not placed on their preferred instance (overflow or
+    /// fallback: the ring's choice was full, or every instance was).
     pub overflow: f64,
+    /// Cache-aware: share placed off the instance holding most of the prompt
+    /// because its queue outweighed the prefix (`cache_spread`).
+    pub spread: f64,
+    /// Cache-aware: share that no instance held any of (`cold`).
+    pub cold: f64,
+    /// Cache-aware: prompt tokens the gateway's index believed cached on the
+    /// chosen instance, over all prompt tokens (against `hit_rate`, what it got).
+    pub believed_hit: f64,
     /// Virtual seconds from the first arrival to the last token.
     pub makespan_s: f64,
 }
 
-/// Replay `w` through `instances` instances under `policy`; `keys[i]` is request
-/// `i`'s routing key and arrivals are compressed by `speedup`.
+/// The gateway's view for cache-aware strategies: each request's block chain
+/// and the capacity, in chain blocks, of each instance's index.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheAware<'a> {
+    pub chains: &'a Chains,
+    pub index_blocks: usize,
+}
+
+/// How the gateway routes: the policy, each request's key, and for cache-aware
+/// strategies the chains to index.
+#[derive(Debug, Clone, Copy)]
+pub struct Routing<'a> {
+    pub policy: &'a dyn Policy,
+    /// `keys[i]` is request `i`'s routing key.
+    pub keys: &'a [u64],
+    pub cache_aware: Option<CacheAware<'a>>,
+}
+
+/// Counts of where requests went and why.
+#[derive(Debug)]
+struct Tally {
+    placed: Vec<usize>,
+    overflowed: usize,
+    spread: usize,
+    cold: usize,
+    believed: u64,
+}
+
+impl Tally {
+    fn count(&mut self, target: usize, reason: Reason) {
+        self.placed[target] += 1;
+        match reason {
+            Reason::Overflow | Reason::Fallback => self.overflowed += 1,
+            Reason::CacheSpread => self.spread += 1,
+            Reason::Cold => self.cold += 1,
+            _ => {}
+        }
+    }
+}
+
+/// The gateway's per-instance indexes and what they are looked up with.
+struct Indexes<'a> {
+    chains: &'a Chains,
+    model: CostModel,
+    of: Vec<BlockIndex>,
+}
+
+/// Replay `w` through `instances` instances routed by `routing`, with
+/// arrivals compressed by `speedup`.
 pub fn run(
     w: &Workload,
-    keys: &[u64],
-    policy: &dyn Policy,
+    routing: Routing<'_>,
     timing: Timing,
     instances: usize,
     speedup: f64,
@@ -48,11 +109,24 @@ pub fn run(
     } else {
         1.0
     };
+    let policy = routing.policy;
+    let indexes = routing.cache_aware.map(|c| Indexes {
+        chains: c.chains,
+        model: CostModel::for_block_chars(c.chains.block_chars),
+        of: (0..n)
+            .map(|_| BlockIndex::new(c.index_blocks, c.chains.block_chars))
+            .collect(),
+    });
     let mut fleet: Vec<Instance> = (0..n).map(|_| Instance::new(timing)).collect();
     let mut rec = Record::new(w.requests.len());
     let mut loads = vec![Load::with_in_flight(0); n];
-    let mut placed = vec![0usize; n];
-    let mut overflowed = 0usize;
+    let mut tally = Tally {
+        placed: vec![0; n],
+        overflowed: 0,
+        spread: 0,
+        cold: 0,
+        believed: 0,
+    };
     let mut next = 0usize;
     loop {
         let step = fleet
@@ -66,33 +140,41 @@ pub fn run(
             // finished requests no longer count as in flight.
             (Some(at), Some((i, end))) if end <= at => fleet[i].finish(w, &mut rec),
             (Some(at), _) => {
-                for (load, inst) in loads.iter_mut().zip(&fleet) {
+                let chain = indexes.as_ref().map_or(&[][..], |x| x.chains.chain(next));
+                for (i, (load, inst)) in loads.iter_mut().zip(&fleet).enumerate() {
                     load.in_flight = inst.in_flight();
+                    load.queued_prefill = inst.queued_prefill();
+                    if let Some(x) = &indexes {
+                        load.matched_blocks = x.of[i].matched(chain);
+                    }
                 }
-                let request = Request::with_key(keys.get(next).copied().unwrap_or(0));
+                let request = Request {
+                    key: routing.keys.get(next).copied().unwrap_or(0),
+                    prompt_tokens: w.requests.get(next).map_or(0, |r| r.prompt_tokens as u64),
+                };
                 let plan = policy.plan(&request, &loads);
                 let target = plan.order.first().copied().unwrap_or(0).min(n - 1);
-                if matches!(plan.reason, Reason::Overflow | Reason::Fallback) {
-                    overflowed += 1;
+                tally.count(target, plan.reason);
+                let load = loads[target];
+                let charge = policy.queued_charge(&request, &load);
+                if let Some(x) = &indexes {
+                    let cost = x
+                        .model
+                        .cost(request.prompt_tokens, load.matched_blocks, 0, 0);
+                    tally.believed += cost.cached_tokens;
+                    x.of[target].insert(chain);
                 }
-                placed[target] += 1;
-                fleet[target].submit(next, at, w, &mut rec);
+                fleet[target].submit(next, at, charge, w, &mut rec);
                 next += 1;
             }
             (None, Some((i, _))) => fleet[i].finish(w, &mut rec),
             (None, None) => break,
         }
     }
-    summarize(w, &rec, &placed, overflowed, speedup)
+    summarize(w, &rec, &tally, speedup)
 }
 
-fn summarize(
-    w: &Workload,
-    rec: &Record,
-    placed: &[usize],
-    overflowed: usize,
-    speedup: f64,
-) -> RunStats {
+fn summarize(w: &Workload, rec: &Record, tally: &Tally, speedup: f64) -> RunStats {
     let total = w.requests.len();
     let prompt: usize = w.requests.iter().map(|r| r.prompt_tokens).sum();
     let cached: usize = rec.cached.iter().sum();
@@ -103,7 +185,7 @@ fn summarize(
     } else {
         ttft.iter().sum::<f64>() / ttft.len() as f64
     };
-    let shares: Vec<f64> = placed.iter().map(|&p| share(p, total)).collect();
+    let shares: Vec<f64> = tally.placed.iter().map(|&p| share(p, total)).collect();
     let first = w.requests.first().map_or(0.0, |r| r.arrival_s / speedup);
     RunStats {
         requests: total,
@@ -115,7 +197,13 @@ fn summarize(
         ttft_p99_ms: percentile(&ttft, 0.99) * 1e3,
         max_share: shares.iter().copied().fold(0.0, f64::max),
         shares,
-        overflow: share(overflowed, total),
+        overflow: share(tally.overflowed, total),
+        spread: share(tally.spread, total),
+        cold: share(tally.cold, total),
+        believed_hit: share(
+            usize::try_from(tally.believed).unwrap_or(usize::MAX),
+            prompt,
+        ),
         makespan_s: (rec.end - first).max(0.0),
     }
 }
@@ -134,79 +222,5 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::routing::{PolicySpec, Strategy, build};
-    use crate::simulate::trace::TraceRequest;
-    use crate::simulate::workload::routing_keys;
-
-    #[test]
-    fn percentile_is_nearest_rank() {
-        let v: Vec<f64> = (1..=10).map(f64::from).collect();
-        assert_eq!(percentile(&v, 0.5), 5.0);
-        assert_eq!(percentile(&v, 0.9), 9.0);
-        assert_eq!(percentile(&v, 1.0), 10.0);
-        assert_eq!(percentile(&[], 0.5), 0.0);
-    }
-
-    /// 8 groups of requests, each group sharing a 4,096-token prefix, arriving
-    /// one every 250 ms: only routing by prefix keeps each group on one cache.
-    fn shared_prefix_trace() -> Vec<TraceRequest> {
-        (0..400u64)
-            .map(|i| {
-                let group = i % 8;
-                let mut hash_ids: Vec<u64> = (0..8).map(|b| group * 100 + b).collect();
-                hash_ids.push(10_000 + i);
-                TraceRequest {
-                    timestamp: i as f64 * 250.0,
-                    input_length: 8 * 512 + 100,
-                    output_length: 20,
-                    hash_ids,
-                }
-            })
-            .collect()
-    }
-
-    fn simulate(strategy: Strategy, trace: &[TraceRequest]) -> RunStats {
-        let ids: Vec<String> = (0..4).map(|i| format!("sim-{i}")).collect();
-        let policy = build(&PolicySpec {
-            strategy,
-            ids: &ids,
-            virtual_nodes: 160,
-            concurrency_threshold: 16,
-            balance_factor: None,
-            block_chars: 256,
-        });
-        let w = Workload::new(trace, 16);
-        // Room for 3 of the 8 prefixes (256 blocks each) per instance.
-        let timing = Timing {
-            cache_blocks: 800,
-            ..Timing::from_sim(&kvgate_sim::SimConfig::llama70b_h100_tp4())
-        };
-        run(
-            &w,
-            &routing_keys(trace, 4096),
-            policy.as_ref(),
-            timing,
-            4,
-            1.0,
-        )
-    }
-
-    #[test]
-    fn prefix_aware_beats_random_on_shared_prefixes() {
-        let trace = shared_prefix_trace();
-        let aware = simulate(Strategy::PrefixAware, &trace);
-        let random = simulate(Strategy::Random, &trace);
-        assert_eq!((aware.requests, aware.rejected), (400, 0));
-        // Each group is cold once on its instance: 392 of 400 hit 4,096 of 4,196 tokens.
-        assert!(aware.hit_rate > 0.95, "{}", aware.hit_rate);
-        // Random spreads all 8 prefixes over every 3-prefix cache: mostly misses.
-        assert!(random.hit_rate < 0.6, "{random:?}");
-        assert!(
-            aware.ttft_p50_ms * 5.0 < random.ttft_p50_ms,
-            "{aware:?} vs {random:?}"
-        );
-        assert!((aware.shares.iter().sum::<f64>() - 1.0).abs() < 1e-9);
-    }
-}
+#[path = "engine_tests.rs"]
+mod tests;

@@ -10,6 +10,11 @@
 //! at the end of the step that completes a prefill; blocks released (cached,
 //! evictable LRU) when the last token is out.
 //!
+//! For the gateway's side it also keeps the instance's queued prefill: the
+//! charge (`Policy::queued_charge`) of each request dispatched here, held from
+//! dispatch until its first token (or its rejection), as the gateway's
+//! in-flight guard holds it until the first byte.
+//!
 //! The one addition is speed: while every running sequence is decoding, every
 //! step is alike, so the run of steps up to the next sequence's last token is
 //! taken as one event, cut short at the next step boundary when a request
@@ -78,6 +83,8 @@ impl Record {
 struct Seq {
     req: usize,
     arrived: f64,
+    /// Queued-prefill tokens the gateway charged for it, until its first token.
+    charge: u64,
     prompt: usize,
     max_tokens: usize,
     private: usize,
@@ -109,6 +116,8 @@ pub struct Instance {
     waiting: VecDeque<Seq>,
     running: Vec<Seq>,
     step: Option<Step>,
+    /// Sum of the charges of requests without a first token yet.
+    queued: u64,
 }
 
 impl Instance {
@@ -119,6 +128,7 @@ impl Instance {
             waiting: VecDeque::new(),
             running: Vec::new(),
             step: None,
+            queued: 0,
         }
     }
 
@@ -127,19 +137,27 @@ impl Instance {
         self.waiting.len() + self.running.len()
     }
 
+    /// Prefill tokens charged to requests here that have no first token yet:
+    /// what the gateway's `Load::queued_prefill` reads.
+    pub fn queued_prefill(&self) -> u64 {
+        self.queued
+    }
+
     /// When the step in progress ends, if one is.
     pub fn step_end(&self) -> Option<f64> {
         self.step.map(|s| s.end())
     }
 
-    /// Request `req` arrives at `now`; it is considered at the next step boundary.
-    pub fn submit(&mut self, req: usize, now: f64, w: &Workload, rec: &mut Record) {
+    /// Request `req` arrives at `now`, charged `charge` queued-prefill tokens
+    /// until its first token; it is considered at the next step boundary.
+    pub fn submit(&mut self, req: usize, now: f64, charge: u64, w: &Workload, rec: &mut Record) {
         let Some(r) = w.requests.get(req) else { return };
         let bs = self.timing.block_size;
         let total_blocks = (r.prompt_tokens + r.output_tokens).div_ceil(bs);
         self.waiting.push_back(Seq {
             req,
             arrived: now,
+            charge,
             prompt: r.prompt_tokens,
             max_tokens: r.output_tokens,
             private: total_blocks.saturating_sub(w.hashes(req).len()),
@@ -148,6 +166,7 @@ impl Instance {
             generated: 0,
             scheduled: 0,
         });
+        self.queued = self.queued.saturating_add(charge);
         match &mut self.step {
             None => self.plan(now, w, rec),
             Some(s) if s.count > 1 => {
@@ -164,6 +183,7 @@ impl Instance {
         let now = step.end();
         let bs = self.timing.block_size;
         let cache = &mut self.cache;
+        let queued = &mut self.queued;
         self.running.retain_mut(|seq| {
             if seq.scheduled == 0 {
                 return true;
@@ -179,6 +199,7 @@ impl Instance {
                 if seq.computed == seq.prompt {
                     seq.generated = 1;
                     rec.ttft[seq.req] = now - seq.arrived;
+                    *queued = queued.saturating_sub(std::mem::take(&mut seq.charge));
                 }
             } else {
                 seq.generated += step.count;
@@ -212,8 +233,10 @@ impl Instance {
             let (hashes, max_hit) = (w.hashes(head.req), w.max_hit(head.req));
             let Some(hit) = self.cache.try_acquire(hashes, head.private, max_hit) else {
                 if self.running.is_empty() {
-                    // Even an empty cache cannot hold it (kvgate-sim refuses these).
-                    self.waiting.pop_front();
+                    // Even an empty cache cannot hold it (kvgate-sim refuses these);
+                    // its error answer ends the gateway's charge.
+                    let charge = self.waiting.pop_front().map_or(0, |s| s.charge);
+                    self.queued = self.queued.saturating_sub(charge);
                     rec.rejected += 1;
                     continue;
                 }

@@ -43,13 +43,13 @@ fn cold_prefill_then_warm_hit_skips_it() {
     let w = workload(&[(vec![1], 512, 3), (vec![1], 512, 3)]);
     let mut inst = Instance::new(timing(8));
     let mut rec = Record::new(2);
-    inst.submit(0, 0.0, &w, &mut rec);
+    inst.submit(0, 0.0, 0, &w, &mut rec);
     run_until(&mut inst, &w, &mut rec, f64::INFINITY);
     // 512 tokens at 1,000/s; then two decode steps of 10 ms.
     assert!(close(rec.ttft[0], 0.512), "{}", rec.ttft[0]);
     assert!(close(rec.end, 0.532), "{}", rec.end);
     assert_eq!(rec.cached[0], 0);
-    inst.submit(1, 1.0, &w, &mut rec);
+    inst.submit(1, 1.0, 0, &w, &mut rec);
     run_until(&mut inst, &w, &mut rec, f64::INFINITY);
     // 31 of 32 blocks hit (the last token is recomputed): 16 tokens, one ITL step.
     assert_eq!(rec.cached[1], 496);
@@ -61,8 +61,8 @@ fn a_full_instance_queues() {
     let w = workload(&[(vec![1], 100, 5), (vec![2], 100, 5)]);
     let mut inst = Instance::new(timing(1));
     let mut rec = Record::new(2);
-    inst.submit(0, 0.0, &w, &mut rec);
-    inst.submit(1, 0.0, &w, &mut rec);
+    inst.submit(0, 0.0, 0, &w, &mut rec);
+    inst.submit(1, 0.0, 0, &w, &mut rec);
     assert_eq!(inst.in_flight(), 2);
     run_until(&mut inst, &w, &mut rec, f64::INFINITY);
     // First: 0.1 s prefill + 4 decode steps = 0.14 s; the second waits for it.
@@ -76,7 +76,7 @@ fn decode_runs_are_cut_at_the_step_after_an_arrival() {
     let w = workload(&[(vec![1], 16, 100), (vec![2], 16, 2)]);
     let mut inst = Instance::new(timing(8));
     let mut rec = Record::new(2);
-    inst.submit(0, 0.0, &w, &mut rec);
+    inst.submit(0, 0.0, 0, &w, &mut rec);
     inst.finish(&w, &mut rec);
     assert!(close(rec.ttft[0], 0.016));
     // Now decoding: the run of 99 steps of 10 ms is one event...
@@ -84,7 +84,7 @@ fn decode_runs_are_cut_at_the_step_after_an_arrival() {
     // ...until a request arrives at 0.333 s: the run stops at the next boundary
     // (0.336 s), where the newcomer is admitted; the mixed step of 1 + 16 tokens
     // lasts 17 ms, so its TTFT is 20 ms and the first request ends 7 ms later.
-    inst.submit(1, 0.333, &w, &mut rec);
+    inst.submit(1, 0.333, 0, &w, &mut rec);
     assert!(close(inst.step_end().unwrap_or(0.0), 0.336));
     run_until(&mut inst, &w, &mut rec, f64::INFINITY);
     assert!(close(rec.ttft[1], 0.020), "{}", rec.ttft[1]);
@@ -96,8 +96,30 @@ fn a_request_no_cache_can_hold_is_rejected() {
     let w = workload(&[(vec![1, 2, 3], 1_500, 20_000)]);
     let mut inst = Instance::new(timing(8));
     let mut rec = Record::new(1);
-    inst.submit(0, 0.0, &w, &mut rec);
+    inst.submit(0, 0.0, 0, &w, &mut rec);
     assert_eq!(rec.rejected, 1);
     assert!(rec.ttft[0].is_nan());
     assert_eq!(inst.in_flight(), 0);
+}
+
+#[test]
+fn charges_stay_queued_until_the_first_token_or_a_rejection() {
+    let w = workload(&[
+        (vec![1], 100, 5),
+        (vec![2], 100, 5),
+        (vec![3, 4, 5], 1_500, 20_000),
+    ]);
+    let mut inst = Instance::new(timing(1));
+    let mut rec = Record::new(3);
+    inst.submit(0, 0.0, 356, &w, &mut rec);
+    inst.submit(1, 0.0, 300, &w, &mut rec);
+    assert_eq!(inst.queued_prefill(), 656);
+    // The first's prefill step ends at 0.1 s: its first token releases its charge.
+    inst.finish(&w, &mut rec);
+    assert_eq!(inst.queued_prefill(), 300);
+    run_until(&mut inst, &w, &mut rec, f64::INFINITY);
+    assert_eq!(inst.queued_prefill(), 0);
+    // A request no cache can hold is answered at once: nothing stays queued.
+    inst.submit(2, 1.0, 1_000, &w, &mut rec);
+    assert_eq!((rec.rejected, inst.queued_prefill()), (1, 0));
 }

@@ -1,8 +1,10 @@
 //! `kvgate simulate`: an offline what-if. Replays a Mooncake trace through the
 //! gateway's own routing policies ([`crate::routing`]) onto a fleet of simulated
 //! instances built on kvgate-sim's KV cache and scheduling rules, in virtual
-//! time and without HTTP, sweeping `prefix_length` × `concurrency_threshold`
-//! (plus the prompt-blind strategies for comparison) and recommending a setting.
+//! time and without HTTP, sweeping `prefix_aware`'s `prefix_length` ×
+//! `concurrency_threshold` and `longest_prefix`'s `block_chars` × assumed
+//! `cache_tokens` (plus the prompt-blind strategies for comparison), and
+//! recommending a setting of each.
 //! SageMaker's advice is to tune by load testing in production; this answers
 //! the question before production, in seconds.
 //!
@@ -16,13 +18,20 @@
 //! - [`trace`]: the trace file and its infinite-cache ceiling.
 //! - [`workload`]: trace ids → chained KV block hashes and routing keys
 //!   (window of `prefix_length` characters at 4 characters a token).
-//! - [`instance`]: one instance's cache and timing in virtual time.
-//! - [`engine`]: the discrete-event loop that routes each arrival.
-//! - [`sweep`]: the grid, run in parallel, and the recommendation rule.
+//! - [`chain`]: trace ids → the gateway's block chain of `block_chars`
+//!   characters, for `longest_prefix`'s per-instance index.
+//! - [`instance`]: one instance's cache and timing in virtual time, and the
+//!   gateway's queued-prefill charges on it.
+//! - [`engine`]: the discrete-event loop that routes each arrival, keeping the
+//!   gateway's block index per instance for cache-aware strategies.
+//! - [`sweep`]: the grid, run in parallel.
+//! - [`recommend`]: the rule that picks the settings to recommend.
 //! - [`report`]: table or JSON.
 
+pub mod chain;
 pub mod engine;
 pub mod instance;
+pub mod recommend;
 pub mod report;
 pub mod sweep;
 pub mod trace;
@@ -36,9 +45,16 @@ use kvgate_sim::SimConfig;
 use crate::routing::Strategy;
 
 use instance::Timing;
+use recommend::recommend;
 use report::{Report, Row, TraceSummary};
-use sweep::{Fleet, grid, recommend};
+use sweep::{Axes, Fleet, grid};
 use workload::Workload;
+
+/// The config's defaults for `longest_prefix` (`config::validate`): the
+/// threshold only guards an instance (vLLM's `max_num_seqs`), and a prompt
+/// indexes at most 1,024 blocks.
+const DEFAULT_CACHE_AWARE_THRESHOLD: usize = crate::config::DEFAULT_CACHE_AWARE_THRESHOLD as usize;
+const DEFAULT_MAX_PROMPT_BLOCKS: usize = crate::config::DEFAULT_MAX_PROMPT_BLOCKS as usize;
 
 /// `kvgate simulate` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -69,9 +85,9 @@ pub struct SimulateArgs {
     /// `concurrency_threshold` values to sweep for prefix_aware.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
     pub thresholds: Vec<usize>,
-    /// Strategies to run; all but prefix_aware run once.
+    /// Strategies to run; all but prefix_aware and longest_prefix run once.
     #[arg(long, value_delimiter = ',', value_parser = parse_strategy,
-          default_value = "prefix_aware,random,round_robin,least_outstanding_requests")]
+          default_value = "prefix_aware,longest_prefix,random,round_robin,least_outstanding_requests")]
     pub strategies: Vec<Strategy>,
     /// Divide arrival times by this to load the fleet harder (2 = twice the rate).
     #[arg(long, default_value_t = 1.0)]
@@ -103,12 +119,38 @@ pub struct SimulateArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// longest_prefix's settings, last so that their help heading is theirs
+    /// alone (boxed: they would make `kvgate`'s command enum lopsided).
+    #[command(flatten)]
+    pub longest: Box<LongestArgs>,
+}
+
+/// `kvgate simulate` options for `longest_prefix`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "longest_prefix")]
+pub struct LongestArgs {
+    /// `block_chars` values (characters per index block) to sweep for longest_prefix.
+    #[arg(long, value_delimiter = ',', default_value = "128,256,512,1024")]
+    pub block_chars: Vec<usize>,
+    /// KV cache per instance the gateway assumes for longest_prefix's index
+    /// (`cache_tokens`), as multiples of the fleet's real cache, to sweep.
+    #[arg(long, value_delimiter = ',', default_value = "0.5,1,2")]
+    pub cache_scales: Vec<f64>,
+    /// The same in tokens (e.g. 192000,384000); replaces --cache-scales.
+    #[arg(long, value_delimiter = ',')]
+    pub cache_tokens: Option<Vec<usize>>,
+    /// `concurrency_threshold` for longest_prefix (the config's default for it).
+    #[arg(long, default_value_t = DEFAULT_CACHE_AWARE_THRESHOLD)]
+    pub longest_threshold: usize,
+    /// `max_prompt_blocks` for longest_prefix: most index blocks per prompt.
+    #[arg(long, default_value_t = DEFAULT_MAX_PROMPT_BLOCKS)]
+    pub max_prompt_blocks: usize,
 }
 
 fn parse_strategy(s: &str) -> Result<Strategy, String> {
     Strategy::parse(s).ok_or_else(|| {
         format!(
-            "unknown strategy {s:?} (prefix_aware, random, round_robin, least_outstanding_requests)"
+            "unknown strategy {s:?} (prefix_aware, longest_prefix, random, round_robin, least_outstanding_requests)"
         )
     })
 }
@@ -157,7 +199,20 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<String> {
         args.prefix_lengths.iter().all(|&p| p > 0),
         "--prefix-lengths must be positive"
     );
+    anyhow::ensure!(
+        args.longest
+            .block_chars
+            .iter()
+            .all(|b| (16..=65536).contains(b)),
+        "--block-chars must be between 16 and 65536, as in config"
+    );
+    anyhow::ensure!(
+        args.longest.max_prompt_blocks > 0,
+        "--max-prompt-blocks must be at least 1"
+    );
     let timing = timing(args)?;
+    let cache_tokens =
+        assumed_cache_tokens(&args.longest, timing.cache_blocks * timing.block_size)?;
     let mut trace = trace::load(&args.trace)?;
     if let Some(n) = args.limit {
         trace.truncate(n.max(1));
@@ -178,8 +233,16 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<String> {
         speedup: args.speedup,
         virtual_nodes: args.virtual_nodes.max(1),
         balance_factor: args.balance_factor,
+        max_prompt_blocks: args.longest.max_prompt_blocks,
     };
-    let settings = grid(&args.strategies, &args.prefix_lengths, &args.thresholds);
+    let axes = Axes {
+        prefix_lengths: args.prefix_lengths.clone(),
+        thresholds: args.thresholds.clone(),
+        block_chars: args.longest.block_chars.clone(),
+        cache_tokens,
+        longest_threshold: args.longest.longest_threshold,
+    };
+    let settings = grid(&args.strategies, &axes);
     let threads = args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
@@ -209,6 +272,29 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<String> {
     } else {
         Ok(report::text(&report))
     }
+}
+
+/// The gateway's assumed cache sizes: `--cache-tokens`, or `--cache-scales`
+/// times the fleet's `real` tokens.
+fn assumed_cache_tokens(args: &LongestArgs, real: usize) -> anyhow::Result<Vec<usize>> {
+    let tokens = match &args.cache_tokens {
+        Some(t) => t.clone(),
+        None => {
+            anyhow::ensure!(
+                args.cache_scales.iter().all(|s| s.is_finite() && *s > 0.0),
+                "--cache-scales must be positive numbers"
+            );
+            args.cache_scales
+                .iter()
+                .map(|s| (s * real as f64).round() as usize)
+                .collect()
+        }
+    };
+    anyhow::ensure!(
+        tokens.iter().all(|&t| t >= 1024),
+        "--cache-tokens must be at least 1024, as in config"
+    );
+    Ok(tokens)
 }
 
 fn of_ceiling(hit_rate: f64, ceiling: f64) -> f64 {

@@ -1,6 +1,7 @@
 //! The grid of settings (`prefix_aware` over `prefix_length` × `concurrency_threshold`,
+//! `longest_prefix` over `block_chars` × the cache size the gateway assumes,
 //! each other strategy once), run in parallel over one shared workload, and the
-//! rule that picks the setting to recommend.
+//! rule that picks the settings to recommend ([`recommend`], in `recommend.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,23 +10,61 @@ use serde::{Serialize, Serializer};
 
 use crate::routing::{PolicySpec, Strategy, build};
 
-use super::engine::{RunStats, run};
+use super::chain::{Chains, index_blocks};
+use super::engine::{CacheAware, Routing, RunStats, run};
 use super::instance::Timing;
 use super::trace::TraceRequest;
 use super::workload::{Workload, routing_keys};
 
+/// The config's `prefix_length` default (`config::validate`): `longest_prefix`
+/// hashes that window onto the ring for its tie-breaks.
+pub const DEFAULT_PREFIX_LENGTH: usize = crate::config::DEFAULT_PREFIX_LENGTH as usize;
+
 /// One point of the sweep. Strategies that ignore the prompt and the in-flight
-/// threshold have neither.
+/// threshold have none of the settings; `longest_prefix` has a threshold,
+/// `block_chars` and `cache_tokens`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Setting {
     #[serde(serialize_with = "strategy_name")]
     pub strategy: Strategy,
     pub prefix_length: Option<usize>,
     pub concurrency_threshold: Option<usize>,
+    /// Characters per index block.
+    pub block_chars: Option<usize>,
+    /// KV tokens per instance the gateway's index assumes (`routing.cache_tokens`).
+    pub cache_tokens: Option<usize>,
+}
+
+impl Setting {
+    /// A strategy run once, with no settings.
+    pub fn plain(strategy: Strategy) -> Self {
+        Self {
+            strategy,
+            prefix_length: None,
+            concurrency_threshold: None,
+            block_chars: None,
+            cache_tokens: None,
+        }
+    }
 }
 
 fn strategy_name<S: Serializer>(s: &Strategy, ser: S) -> Result<S::Ok, S::Error> {
     ser.serialize_str(s.as_str())
+}
+
+/// The values each swept strategy is run over.
+#[derive(Debug, Clone, Default)]
+pub struct Axes {
+    /// `prefix_aware`.
+    pub prefix_lengths: Vec<usize>,
+    /// `prefix_aware`.
+    pub thresholds: Vec<usize>,
+    /// `longest_prefix`.
+    pub block_chars: Vec<usize>,
+    /// `longest_prefix`: the gateway's assumed KV tokens per instance.
+    pub cache_tokens: Vec<usize>,
+    /// `longest_prefix`'s one `concurrency_threshold`.
+    pub longest_threshold: usize,
 }
 
 /// The fleet every setting runs on.
@@ -37,14 +76,19 @@ pub struct Fleet {
     pub speedup: f64,
     pub virtual_nodes: usize,
     pub balance_factor: Option<f64>,
+    /// `longest_prefix`: most chain blocks per prompt (`routing.max_prompt_blocks`).
+    pub max_prompt_blocks: usize,
+}
+
+impl Fleet {
+    /// KV tokens each simulated instance really holds.
+    pub fn cache_tokens(&self) -> usize {
+        self.timing.cache_blocks * self.timing.block_size
+    }
 }
 
 /// Every setting to run, in the order given (duplicate strategies once).
-pub fn grid(
-    strategies: &[Strategy],
-    prefix_lengths: &[usize],
-    thresholds: &[usize],
-) -> Vec<Setting> {
+pub fn grid(strategies: &[Strategy], axes: &Axes) -> Vec<Setting> {
     let mut out = Vec::new();
     let mut seen = Vec::new();
     for &strategy in strategies {
@@ -52,28 +96,38 @@ pub fn grid(
             continue;
         }
         seen.push(strategy);
-        if strategy != Strategy::PrefixAware {
-            out.push(Setting {
-                strategy,
-                prefix_length: None,
-                concurrency_threshold: None,
-            });
-            continue;
-        }
-        for &p in prefix_lengths {
-            for &t in thresholds {
-                out.push(Setting {
-                    strategy,
-                    prefix_length: Some(p),
-                    concurrency_threshold: Some(t.max(1)),
-                });
+        match strategy {
+            Strategy::PrefixAware => {
+                for &p in &axes.prefix_lengths {
+                    for &t in &axes.thresholds {
+                        out.push(Setting {
+                            prefix_length: Some(p),
+                            concurrency_threshold: Some(t.max(1)),
+                            ..Setting::plain(strategy)
+                        });
+                    }
+                }
             }
+            Strategy::LongestPrefix => {
+                for &b in &axes.block_chars {
+                    for &c in &axes.cache_tokens {
+                        out.push(Setting {
+                            concurrency_threshold: Some(axes.longest_threshold.max(1)),
+                            block_chars: Some(b.max(1)),
+                            cache_tokens: Some(c),
+                            ..Setting::plain(strategy)
+                        });
+                    }
+                }
+            }
+            _ => out.push(Setting::plain(strategy)),
         }
     }
     out
 }
 
 /// Run every setting on `threads` threads; results come back in `settings` order.
+/// Cache-aware settings, the slowest, are started first.
 pub fn sweep(
     trace: &[TraceRequest],
     w: &Workload,
@@ -82,31 +136,60 @@ pub fn sweep(
     threads: usize,
 ) -> anyhow::Result<Vec<RunStats>> {
     let mut keys: HashMap<usize, Vec<u64>> = HashMap::new();
-    for p in settings.iter().filter_map(|s| s.prefix_length) {
-        keys.entry(p).or_insert_with(|| routing_keys(trace, p));
+    let mut chains: HashMap<usize, Chains> = HashMap::new();
+    for s in settings {
+        let window = match s.strategy {
+            Strategy::PrefixAware => s.prefix_length,
+            Strategy::LongestPrefix => Some(s.prefix_length.unwrap_or(DEFAULT_PREFIX_LENGTH)),
+            _ => None,
+        };
+        if let Some(p) = window {
+            keys.entry(p).or_insert_with(|| routing_keys(trace, p));
+        }
+        if let Some(b) = s.block_chars.filter(|_| s.strategy.uses_index()) {
+            chains
+                .entry(b)
+                .or_insert_with(|| Chains::new(trace, b, fleet.max_prompt_blocks));
+        }
     }
     let ids: Vec<String> = (0..fleet.instances.max(1))
         .map(|i| format!("instance-{i}"))
         .collect();
+    let mut order: Vec<usize> = (0..settings.len()).collect();
+    order.sort_by_key(|&i| !settings.get(i).is_some_and(|s| s.strategy.uses_index()));
     let next = AtomicUsize::new(0);
     let one = |i: usize, s: &Setting| {
+        let block_chars = s.block_chars.unwrap_or(256);
         let policy = build(&PolicySpec {
             strategy: s.strategy,
             ids: &ids,
             virtual_nodes: fleet.virtual_nodes,
             concurrency_threshold: s.concurrency_threshold.unwrap_or(usize::MAX),
             balance_factor: fleet.balance_factor,
-            block_chars: 256,
+            block_chars,
         });
-        let k = s.prefix_length.and_then(|p| keys.get(&p));
-        let stats = run(
-            w,
-            k.map_or(&[][..], Vec::as_slice),
-            policy.as_ref(),
-            fleet.timing,
-            ids.len(),
-            fleet.speedup,
-        );
+        let window = match s.strategy {
+            Strategy::LongestPrefix => Some(s.prefix_length.unwrap_or(DEFAULT_PREFIX_LENGTH)),
+            _ => s.prefix_length,
+        };
+        let k = window.and_then(|p| keys.get(&p));
+        let cache_aware = s
+            .block_chars
+            .and_then(|b| chains.get(&b))
+            .filter(|_| s.strategy.uses_index())
+            .map(|c| CacheAware {
+                chains: c,
+                index_blocks: index_blocks(
+                    s.cache_tokens.unwrap_or_else(|| fleet.cache_tokens()),
+                    c.block_chars,
+                ),
+            });
+        let routing = Routing {
+            policy: policy.as_ref(),
+            keys: k.map_or(&[][..], Vec::as_slice),
+            cache_aware,
+        };
+        let stats = run(w, routing, fleet.timing, ids.len(), fleet.speedup);
         (i, stats)
     };
     let workers = threads.clamp(1, settings.len().max(1));
@@ -116,8 +199,12 @@ pub fn sweep(
                 scope.spawn(|| {
                     let mut mine = Vec::new();
                     loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(s) = settings.get(i) else { break };
+                        let n = next.fetch_add(1, Ordering::Relaxed);
+                        let Some((i, s)) =
+                            order.get(n).and_then(|&i| settings.get(i).map(|s| (i, s)))
+                        else {
+                            break;
+                        };
                         mine.push(one(i, s));
                     }
                     mine
@@ -135,95 +222,6 @@ pub fn sweep(
     })?;
     done.sort_by_key(|(i, _)| *i);
     Ok(done.into_iter().map(|(_, s)| s).collect())
-}
-
-/// The setting to recommend and how it compares.
-#[derive(Debug, Clone, Serialize)]
-pub struct Recommendation {
-    /// Index into the settings and results.
-    pub index: usize,
-    /// Whether it met the balance bound (false: nothing did; best TTFT regardless).
-    pub balanced: bool,
-    /// Largest instance share counted as balanced: (1 + tolerance) / instances.
-    pub max_share_bound: f64,
-    /// Relative P50 / P90 TTFT change against `random`, when random was run.
-    pub p50_vs_random: Option<f64>,
-    pub p90_vs_random: Option<f64>,
-    /// The best other strategy by the same score (index), and the change against it.
-    pub best_other: Option<usize>,
-    pub p50_vs_best_other: Option<f64>,
-    pub p90_vs_best_other: Option<f64>,
-}
-
-/// Scores within this fraction of the best count as tied (differences smaller
-/// than the model's step quantisation); among them the higher hit rate wins,
-/// since it buys headroom and GPU time at equal latency.
-pub const TIE_BAND: f64 = 0.02;
-
-/// Best P50 + P90 TTFT among `prefix_aware` settings whose busiest instance
-/// takes at most `(1 + tolerance)/instances` of requests; scores within
-/// [`TIE_BAND`] of the best go to the higher hit rate (then the lower score,
-/// then the earlier setting). Without prefix_aware runs, among all runs.
-pub fn recommend(
-    settings: &[Setting],
-    results: &[RunStats],
-    instances: usize,
-    tolerance: f64,
-) -> Option<Recommendation> {
-    let bound = (1.0 + tolerance.max(0.0)) / instances.max(1) as f64;
-    let runs: Vec<(usize, &RunStats)> = results.iter().enumerate().collect();
-    let aware: Vec<(usize, &RunStats)> = runs
-        .iter()
-        .copied()
-        .filter(|(i, _)| {
-            settings
-                .get(*i)
-                .is_some_and(|s| s.strategy == Strategy::PrefixAware)
-        })
-        .collect();
-    let candidates = if aware.is_empty() {
-        runs.clone()
-    } else {
-        aware
-    };
-    let balanced: Vec<(usize, &RunStats)> = candidates
-        .iter()
-        .copied()
-        .filter(|(_, r)| r.max_share <= bound + 1e-12)
-        .collect();
-    let is_balanced = !balanced.is_empty();
-    let pool = if is_balanced { balanced } else { candidates };
-    let score = |r: &RunStats| r.ttft_p50_ms + r.ttft_p90_ms;
-    let top = pool.iter().map(|(_, r)| score(r)).min_by(f64::total_cmp)?;
-    let (index, best) = pool
-        .into_iter()
-        .filter(|(_, r)| score(r) <= top * (1.0 + TIE_BAND))
-        .min_by(|(_, a), (_, b)| {
-            b.hit_rate
-                .total_cmp(&a.hit_rate)
-                .then(score(a).total_cmp(&score(b)))
-        })?;
-    let strategy_of = |i: usize| settings.get(i).map(|s| s.strategy);
-    let random = runs
-        .iter()
-        .find(|(i, _)| strategy_of(*i) == Some(Strategy::Random))
-        .map(|(_, r)| *r);
-    let other = runs
-        .iter()
-        .filter(|(i, _)| strategy_of(*i).is_some_and(|s| s != Strategy::PrefixAware))
-        .min_by(|(_, a), (_, b)| score(a).total_cmp(&score(b)))
-        .copied();
-    let change = |new: f64, old: f64| (old > 0.0).then(|| new / old - 1.0);
-    Some(Recommendation {
-        index,
-        balanced: is_balanced,
-        max_share_bound: bound,
-        p50_vs_random: random.and_then(|r| change(best.ttft_p50_ms, r.ttft_p50_ms)),
-        p90_vs_random: random.and_then(|r| change(best.ttft_p90_ms, r.ttft_p90_ms)),
-        best_other: other.map(|(i, _)| i),
-        p50_vs_best_other: other.and_then(|(_, r)| change(best.ttft_p50_ms, r.ttft_p50_ms)),
-        p90_vs_best_other: other.and_then(|(_, r)| change(best.ttft_p90_ms, r.ttft_p90_ms)),
-    })
 }
 
 #[cfg(test)]

@@ -1,89 +1,51 @@
-//! The grid, the recommendation rule, and a sweep over a real trace's head.
+//! The grid, a sweep's ordering and settings, and a sweep over a real trace's head.
 
 use super::*;
-
-fn stats(p50: f64, p90: f64, hit: f64, max_share: f64) -> RunStats {
-    RunStats {
-        requests: 100,
-        rejected: 0,
-        hit_rate: hit,
-        ttft_mean_ms: p50,
-        ttft_p50_ms: p50,
-        ttft_p90_ms: p90,
-        ttft_p99_ms: p90,
-        shares: vec![],
-        max_share,
-        overflow: 0.0,
-        makespan_s: 1.0,
-    }
-}
+use crate::simulate::recommend::recommend;
 
 fn aware(p: usize, t: usize) -> Setting {
     Setting {
-        strategy: Strategy::PrefixAware,
         prefix_length: Some(p),
         concurrency_threshold: Some(t),
+        ..Setting::plain(Strategy::PrefixAware)
+    }
+}
+
+fn axes(prefix_lengths: &[usize], thresholds: &[usize]) -> Axes {
+    Axes {
+        prefix_lengths: prefix_lengths.to_vec(),
+        thresholds: thresholds.to_vec(),
+        block_chars: vec![256, 1024],
+        cache_tokens: vec![192_000, 384_000, 768_000],
+        longest_threshold: 256,
     }
 }
 
 #[test]
-fn grid_sweeps_prefix_aware_and_runs_others_once() {
+fn grid_sweeps_both_cache_strategies_and_runs_others_once() {
     let g = grid(
-        &[Strategy::Random, Strategy::PrefixAware, Strategy::Random],
-        &[1024, 4096],
-        &[1, 8, 64],
+        &[
+            Strategy::Random,
+            Strategy::PrefixAware,
+            Strategy::Random,
+            Strategy::LongestPrefix,
+        ],
+        &axes(&[1024, 4096], &[1, 8, 64]),
     );
-    assert_eq!(g.len(), 1 + 6);
-    assert_eq!(g[0].strategy, Strategy::Random);
-    assert_eq!(g[0].prefix_length, None);
+    assert_eq!(g.len(), 1 + 6 + 6);
+    assert_eq!(g[0], Setting::plain(Strategy::Random));
     assert_eq!(g[1], aware(1024, 1));
     assert_eq!(g[6], aware(4096, 64));
-}
-
-#[test]
-fn recommends_the_fastest_balanced_setting() {
-    let settings = [
-        Setting {
-            strategy: Strategy::Random,
-            prefix_length: None,
-            concurrency_threshold: None,
-        },
-        aware(1024, 64), // fastest, but one instance takes 40%
-        aware(4096, 8),  // best balanced score
-        aware(4096, 16), // same score, lower hit rate
-        aware(8192, 1),  // slower by 30%
-    ];
-    let results = [
-        stats(1000.0, 3000.0, 0.1, 0.15),
-        stats(100.0, 500.0, 0.5, 0.40),
-        stats(200.0, 800.0, 0.4, 0.16),
-        stats(200.0, 800.0, 0.3, 0.16),
-        stats(400.0, 900.0, 0.6, 0.15),
-    ];
-    let r = recommend(&settings, &results, 7, 0.25).unwrap();
-    assert_eq!(r.index, 2);
-    assert!(r.balanced);
-    assert!((r.max_share_bound - 1.25 / 7.0).abs() < 1e-12);
-    assert!((r.p50_vs_random.unwrap() + 0.8).abs() < 1e-12);
-    assert!((r.p90_vs_random.unwrap() - (800.0 / 3000.0 - 1.0)).abs() < 1e-12);
-    assert_eq!(r.best_other, Some(0), "random is the only other strategy");
-    // Nothing balanced: the fastest regardless, flagged.
-    let r = recommend(&settings, &results, 7, -1.0).unwrap();
-    assert_eq!((r.index, r.balanced), (1, false));
-    assert!(recommend(&[], &[], 7, 0.25).is_none());
-}
-
-#[test]
-fn near_ties_go_to_the_higher_hit_rate() {
-    let settings = [aware(4096, 8), aware(16384, 16), aware(1024, 1)];
-    let results = [
-        stats(200.0, 800.0, 0.10, 0.15),
-        stats(205.0, 810.0, 0.25, 0.15), // 1.5% slower: a tie, and more hits
-        stats(190.0, 900.0, 0.90, 0.15), // 9% slower: not a tie
-    ];
-    let r = recommend(&settings, &results, 7, 0.25).unwrap();
-    assert_eq!(r.index, 1);
-    assert_eq!(r.p50_vs_random, None, "random was not run");
+    let l = g[7];
+    assert_eq!(
+        (l.strategy, l.prefix_length, l.concurrency_threshold),
+        (Strategy::LongestPrefix, None, Some(256))
+    );
+    assert_eq!((l.block_chars, l.cache_tokens), (Some(256), Some(192_000)));
+    assert_eq!(
+        (g[12].block_chars, g[12].cache_tokens),
+        (Some(1024), Some(768_000))
+    );
 }
 
 fn fleet(instances: usize) -> Fleet {
@@ -93,6 +55,7 @@ fn fleet(instances: usize) -> Fleet {
         speedup: 1.0,
         virtual_nodes: 160,
         balance_factor: None,
+        max_prompt_blocks: 1024,
     }
 }
 
@@ -107,13 +70,19 @@ fn sweep_returns_results_in_settings_order() {
         })
         .collect();
     let w = Workload::new(&trace, 16);
+    let mut ax = axes(&[1024], &[1, 64]);
+    ax.block_chars = vec![256];
+    ax.cache_tokens = vec![1024, 384_000];
     let settings = grid(
-        &[Strategy::PrefixAware, Strategy::RoundRobin],
-        &[1024],
-        &[1, 64],
+        &[
+            Strategy::PrefixAware,
+            Strategy::RoundRobin,
+            Strategy::LongestPrefix,
+        ],
+        &ax,
     );
     let results = sweep(&trace, &w, &settings, &fleet(3), 2).unwrap();
-    assert_eq!(results.len(), 3);
+    assert_eq!(results.len(), 5);
     // Threshold 1 spills the second in-flight request of a prefix; 64 never does.
     assert!(results[1].overflow == 0.0 && results[0].overflow >= results[1].overflow);
     // Round robin spreads 60 requests evenly over 3 instances.
@@ -124,6 +93,21 @@ fn sweep_returns_results_in_settings_order() {
             .all(|s| (s - 1.0 / 3.0).abs() < 1e-9)
     );
     assert!(results[1].hit_rate > results[2].hit_rate);
+    // longest_prefix ran with its index: a gateway assuming 1,024 tokens a
+    // cache (16 blocks, less than one prompt's 32) believes less is cached
+    // and finds more prompts cold.
+    // With the cache's real size its belief is what the cache served.
+    let (small, right) = (&results[3], &results[4]);
+    assert!(
+        (right.believed_hit - right.hit_rate).abs() < 0.02,
+        "{right:?}"
+    );
+    assert!(
+        small.believed_hit < right.believed_hit,
+        "{small:?} vs {right:?}"
+    );
+    assert!(small.cold > right.cold);
+    assert_eq!(results[0].believed_hit, 0.0);
 }
 
 /// The head of the real conversation trace, when ../shared is there.
@@ -142,13 +126,19 @@ fn real_trace_head_sweeps_quickly() {
     let mut fleet = fleet(7);
     fleet.timing.block_size = 512;
     fleet.timing.cache_blocks = 750;
+    let mut ax = axes(&[2048, 32768], &[4, 64]);
+    ax.block_chars = vec![256];
+    ax.cache_tokens = vec![384_000];
     let settings = grid(
-        &[Strategy::PrefixAware, Strategy::Random],
-        &[2048, 32768],
-        &[4, 64],
+        &[
+            Strategy::PrefixAware,
+            Strategy::Random,
+            Strategy::LongestPrefix,
+        ],
+        &ax,
     );
     let results = sweep(&trace, &w, &settings, &fleet, 2).unwrap();
-    assert_eq!(results.len(), 5);
+    assert_eq!(results.len(), 6);
     let ceiling = w.token_ceiling();
     for r in &results {
         assert_eq!((r.requests, r.rejected), (400, 0));
@@ -157,5 +147,18 @@ fn real_trace_head_sweeps_quickly() {
     }
     // Routing on the shared system prompt alone (2,048 chars) piles the load up.
     assert!(results[1].max_share > results[4].max_share);
-    assert!(recommend(&settings, &results, 7, 0.25).is_some());
+    // longest_prefix follows each conversation while it spreads load: more hits
+    // than prefix_aware where that overflows (threshold 4), and a lower P90
+    // than any prefix_aware setting.
+    let lp = &results[5];
+    assert!(
+        lp.hit_rate >= results[0].hit_rate.max(results[2].hit_rate),
+        "{lp:?}"
+    );
+    assert!(
+        results[..4].iter().all(|r| lp.ttft_p90_ms < r.ttft_p90_ms),
+        "{lp:?}"
+    );
+    let r = recommend(&settings, &results, 7, 0.25).unwrap();
+    assert_eq!(r.longest_prefix.map(|l| l.index), Some(5));
 }

@@ -109,7 +109,7 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
                 ));
             }
             Ok(Err(e)) => {
-                instance.index.forget(&f.input.chain, inserted);
+                take_back(ep, instance, &f.input.chain, inserted);
                 instance.connect_failed(server.failover_cooldown);
                 tracing::warn!(endpoint = %ep.name(), instance = %instance.id, error = %error_chain(&e), "upstream connection failed; trying the next instance");
                 telemetry::retry(ep.name(), &instance.id, "connect");
@@ -135,13 +135,15 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
         } else {
             instance.succeeded();
         }
-        if matches!(
+        let no_work = matches!(
             status,
             StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE
-        ) && attempt + 1 < count
-        {
-            // Overloaded or starting: it did no work for this request.
-            instance.index.forget(&f.input.chain, inserted);
+        );
+        if no_work {
+            // Overloaded or starting: it did no work, even when its answer is the client's.
+            take_back(ep, instance, &f.input.chain, inserted);
+        }
+        if no_work && attempt + 1 < count {
             telemetry::retry(ep.name(), &instance.id, "status");
             last_kind = ErrorKind::BadGateway;
             last_error = format!("an instance answered {status}");
@@ -217,6 +219,19 @@ fn client_response(
     *resp.status_mut() = status;
     *resp.headers_mut() = hdrs;
     resp
+}
+
+/// Undo a dispatch's index insert on an instance that did no work for it.
+fn take_back(
+    ep: &crate::state::Endpoint,
+    instance: &Instance,
+    chain: &[u64],
+    inserted: crate::routing::index::Inserted,
+) {
+    instance.index.forget(chain, inserted);
+    if ep.config.routing.strategy.uses_index() {
+        telemetry::index_size(ep.name(), &instance.id, instance.index.len());
+    }
 }
 
 /// The share of the prompt the chosen instance is believed to hold.
