@@ -14,7 +14,8 @@ use crate::routing::Strategy;
 
 pub use tenancy::{AuthConfig, Limits, Secret, TenancyConfig, TenantsConfig};
 pub use validate::{
-    ConfigError, DEFAULT_CACHE_AWARE_THRESHOLD, DEFAULT_MAX_PROMPT_BLOCKS, DEFAULT_PREFIX_LENGTH,
+    ConfigError, DEFAULT_CACHE_AWARE_BALANCE_FACTOR, DEFAULT_CACHE_AWARE_THRESHOLD,
+    DEFAULT_MAX_PROMPT_BLOCKS, DEFAULT_PREFIX_LENGTH,
 };
 
 /// A validated configuration. Every value has been range-checked; every

@@ -3,8 +3,13 @@
 //! prefix each instance holds against the prefill already queued on it
 //! ([`super::cost`]).
 //!
-//! Candidates are the available instances under `concurrency_threshold` (and
-//! under the bounded-load cap when a balance factor is set). The least
+//! Candidates are the available instances under `concurrency_threshold` and
+//! under the bounded-load cap ⌈c·(m+1)/n⌉ + 1 (c = `balance_factor`, 1.5 by
+//! default for this strategy). The cap is what turns a prefix too hot for one
+//! instance into a replicated one: the cost model alone compares this request's
+//! wait only, and a cached request always waits less on its holder than a cold
+//! prefill elsewhere — so without the cap one holder would take all of a shared
+//! system prompt's conversations. The least
 //! [`Cost::total`] leads; ties go by the key's ring walk, so an idle fleet,
 //! a restarted gateway and every replica send a cold prefix to the same place.
 //! The rest follow by cost as failover. When every instance is full the least
@@ -62,8 +67,11 @@ impl Policy for LongestPrefix {
                 reason: Reason::LastResort,
             };
         }
+        // One request of slack over the bounded-load cap: at low load the cap
+        // is 1, and a second request sharing a prefix should not be forced off
+        // its holder merely because the first is still running.
         let limit = balance_cap(self.balance_factor, loads)
-            .map_or(self.threshold, |cap| cap.min(self.threshold));
+            .map_or(self.threshold, |cap| (cap + 1).min(self.threshold));
         // Sort the available ones by (not full, cost), stable so ties keep ring order.
         let mut keyed: Vec<(bool, u64, usize)> = order[..up]
             .iter()

@@ -1,4 +1,4 @@
-//! What a run compares: one of the gateway's four strategies, plus `prefix_aware`
+//! What a run compares: one of the gateway's five strategies, plus `prefix_aware`
 //! with its balance factor switched off, to show what bounded loads cost in hits.
 
 use kvgate::routing::Strategy;
@@ -16,16 +16,22 @@ pub enum Arm {
     /// `prefix_aware` with the same settings but no balance factor: plain
     /// consistent hashing up to `concurrency_threshold`.
     PrefixAwareUnbounded,
+    /// `longest_prefix`: the longest prefix each instance holds (by the gateway's
+    /// own block index, sized to the instances' KV cache), weighed against the
+    /// prefill queued there; on its own defaults (concurrency_threshold 256,
+    /// balance_factor 1.5) but for `cache_tokens`.
+    LongestPrefix,
 }
 
 impl Arm {
     /// Every arm, the `random` baseline first.
-    pub const ALL: [Arm; 5] = [
+    pub const ALL: [Arm; 6] = [
         Arm::Random,
         Arm::RoundRobin,
         Arm::LeastOutstanding,
         Arm::PrefixAware,
         Arm::PrefixAwareUnbounded,
+        Arm::LongestPrefix,
     ];
 
     pub fn strategy(self) -> Strategy {
@@ -34,6 +40,7 @@ impl Arm {
             Arm::RoundRobin => Strategy::RoundRobin,
             Arm::LeastOutstanding => Strategy::LeastOutstandingRequests,
             Arm::PrefixAware | Arm::PrefixAwareUnbounded => Strategy::PrefixAware,
+            Arm::LongestPrefix => Strategy::LongestPrefix,
         }
     }
 
@@ -57,7 +64,7 @@ impl Arm {
     /// The gateway's routing settings for this arm, from the workload's.
     pub fn routing(self, base: Routing) -> Routing {
         match self {
-            Arm::PrefixAwareUnbounded => Routing {
+            Arm::PrefixAwareUnbounded | Arm::LongestPrefix => Routing {
                 balance_factor: None,
                 ..base
             },
@@ -76,6 +83,7 @@ mod tests {
             assert_eq!(Arm::parse(arm.label()), Some(arm));
         }
         assert_eq!(Arm::parse("PREFIX_AWARE"), Some(Arm::PrefixAware));
+        assert_eq!(Arm::parse("longest_prefix"), Some(Arm::LongestPrefix));
         assert_eq!(Arm::parse("nope"), None);
     }
 }

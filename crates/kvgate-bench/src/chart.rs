@@ -11,7 +11,9 @@ const PANEL_H: f64 = 300.0;
 const LEFT: f64 = 50.0;
 const TOP: f64 = 66.0;
 const BOTTOM: f64 = 70.0;
-const COLORS: [&str; 5] = ["#9e9e9e", "#64b5f6", "#ffb74d", "#2e7d32", "#a5d6a7"];
+const COLORS: [&str; 6] = [
+    "#9e9e9e", "#64b5f6", "#ffb74d", "#2e7d32", "#a5d6a7", "#7b1fa2",
+];
 
 struct Panel {
     title: &'static str,
@@ -110,7 +112,7 @@ fn panel(s: &mut String, x0: f64, p: &Panel, results: &[WorkloadResult]) {
                 bar_w - 1.0,
                 TOP + PANEL_H - y(v),
                 COLORS[b % COLORS.len()],
-                escape(&w.setup_id),
+                escape(&w.title()),
                 arm.label(),
             );
             if v > p.max {
@@ -131,7 +133,8 @@ fn panel(s: &mut String, x0: f64, p: &Panel, results: &[WorkloadResult]) {
             );
         }
         // `mooncake-conversation` → two lines, `mooncake` over `conversation`.
-        let (first, second) = w.setup_id.split_once('-').unwrap_or((&w.setup_id, ""));
+        let title = w.title();
+        let (first, second) = title.split_once('-').unwrap_or((&title, ""));
         for (line, text) in [first, second].into_iter().enumerate() {
             let _ = writeln!(
                 s,
@@ -152,7 +155,7 @@ fn panel(s: &mut String, x0: f64, p: &Panel, results: &[WorkloadResult]) {
 
 fn legend(s: &mut String, y: f64) {
     for (i, arm) in Arm::ALL.iter().enumerate() {
-        let x = LEFT + i as f64 * 230.0;
+        let x = LEFT + i as f64 * 210.0;
         let _ = writeln!(
             s,
             r#"<rect x="{x:.1}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text>"#,

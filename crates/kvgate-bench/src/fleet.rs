@@ -33,7 +33,11 @@ impl Fleet {
             };
             sims.push(spawn(cfg, SocketAddr::from(([127, 0, 0, 1], 0))).await?);
         }
-        let yaml = config_yaml(setup, arm, endpoint, &sims);
+        let instances: Vec<(String, String)> = sims
+            .iter()
+            .map(|s| (s.url(), s.server.config().name.clone()))
+            .collect();
+        let yaml = config_yaml(setup, arm, endpoint, &instances);
         let config = kvgate::Config::from_yaml(&yaml)
             .map_err(|e| anyhow::anyhow!("gateway config: {e}\n{yaml}"))?;
         let state = kvgate::build_state(config)?;
@@ -71,24 +75,31 @@ impl Fleet {
     }
 }
 
-/// The gateway's YAML: one endpoint serving model `endpoint`, instance ids
-/// `sim-0` … in fleet order, health probes left at their defaults.
-fn config_yaml(setup: &Setup, arm: Arm, endpoint: &str, sims: &[SimHandle]) -> String {
-    let instances: String = sims
+/// The gateway's YAML: one endpoint serving model `endpoint`, `(url, id)`
+/// instances (ids `sim-0` … in fleet order), health probes left at their defaults.
+fn config_yaml(setup: &Setup, arm: Arm, endpoint: &str, instances: &[(String, String)]) -> String {
+    let instances: String = instances
         .iter()
-        .map(|s| {
-            format!(
-                "      - url: \"{}\"\n        id: \"{}\"\n",
-                s.url(),
-                s.server.config().name
-            )
-        })
+        .map(|(url, id)| format!("      - url: \"{url}\"\n        id: \"{id}\"\n"))
         .collect();
     let r = arm.routing(setup.routing);
     let balance = r
         .balance_factor
         .map(|c| format!("      balance_factor: {c}\n"))
         .unwrap_or_default();
+    // `longest_prefix` runs on its own defaults (threshold, balance factor)
+    // but for its index, sized to what the instances really hold.
+    let (threshold, cache) = if arm == Arm::LongestPrefix {
+        (
+            String::new(),
+            format!("      cache_tokens: {}\n", setup.cache_tokens()),
+        )
+    } else {
+        (
+            format!("      concurrency_threshold: {}\n", r.concurrency_threshold),
+            String::new(),
+        )
+    };
     format!(
         r#"server:
   listen: "127.0.0.1:0"
@@ -104,10 +115,50 @@ endpoints:
 {instances}    routing:
       strategy: {strategy}
       prefix_length: {prefix_length}
-      concurrency_threshold: {threshold}
-{balance}"#,
+{threshold}{balance}{cache}"#,
         strategy = arm.strategy().as_str(),
         prefix_length = r.prefix_length,
-        threshold = r.concurrency_threshold,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Kind;
+
+    fn parsed(setup: &Setup, arm: Arm) -> (String, kvgate::Config) {
+        let instances: Vec<(String, String)> = (0..setup.instances)
+            .map(|i| (format!("http://127.0.0.1:{}", 9000 + i), format!("sim-{i}")))
+            .collect();
+        let yaml = config_yaml(setup, arm, "e", &instances);
+        let config = kvgate::Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        (yaml, config)
+    }
+
+    #[test]
+    fn longest_prefix_gets_the_scaled_cache_and_its_own_balance_default() {
+        let mut setup = Kind::LongContext
+            .setup(true, 1, std::path::Path::new("."))
+            .unwrap();
+        setup.scale_cache(4.0);
+        assert_eq!(setup.sim.cache_blocks, 96_000);
+        let (yaml, config) = parsed(&setup, Arm::LongestPrefix);
+        let r = &config.endpoints[0].routing;
+        assert_eq!(r.strategy.as_str(), "longest_prefix", "{yaml}");
+        assert_eq!(r.cache_tokens, 96_000 * 16, "{yaml}");
+        assert!(!yaml.contains("balance_factor"), "{yaml}");
+        assert_eq!(
+            r.balance_factor,
+            Some(kvgate::config::DEFAULT_CACHE_AWARE_BALANCE_FACTOR)
+        );
+        assert_eq!(
+            r.concurrency_threshold as u64,
+            kvgate::config::DEFAULT_CACHE_AWARE_THRESHOLD
+        );
+
+        let (yaml, config) = parsed(&setup, Arm::PrefixAware);
+        let r = &config.endpoints[0].routing;
+        assert_eq!(r.balance_factor, setup.routing.balance_factor, "{yaml}");
+        assert!(!yaml.contains("cache_tokens"), "{yaml}");
+    }
 }

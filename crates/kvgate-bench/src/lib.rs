@@ -46,12 +46,38 @@ pub struct WorkloadResult {
     pub ceiling: f64,
     /// The trace's published ceiling (Mooncake).
     pub trace_ceiling: Option<f64>,
+    /// Each instance's KV capacity: blocks, tokens a block, and the factor
+    /// (`--cache-scale`) applied to the workload's own size.
+    pub cache_blocks: usize,
+    pub block_size: usize,
+    pub cache_scale: f64,
+    /// The instances' `max_partial_prefills` (`None`: no limit).
+    pub max_partial_prefills: Option<usize>,
     pub runs: Vec<RunResult>,
 }
 
 impl WorkloadResult {
     pub fn run(&self, arm: Arm) -> Option<&RunResult> {
         self.runs.iter().find(|r| r.arm == arm)
+    }
+
+    /// Whether `--cache-scale` changed the workload's own cache size.
+    pub fn is_cache_scaled(&self) -> bool {
+        (self.cache_scale - 1.0).abs() > 1e-9
+    }
+
+    /// The workload's id, with ` (4× cache)` when its cache was scaled.
+    pub fn title(&self) -> String {
+        if self.is_cache_scaled() {
+            format!("{} ({}× cache)", self.setup_id, self.cache_scale)
+        } else {
+            self.setup_id.clone()
+        }
+    }
+
+    /// KV capacity of one instance, tokens.
+    pub fn cache_tokens(&self) -> usize {
+        self.cache_blocks.saturating_mul(self.block_size)
     }
 }
 
@@ -68,7 +94,7 @@ pub async fn bench(
     for (i, &arm) in arms.iter().enumerate() {
         let mut r = run::run(setup, arm, tag, i == 0).await?;
         progress(&format!(
-            "{:<22} {:<27} hit {:>5.1}%  p50 {:>6.0} ms  p90 {:>6.0} ms  (engine {:>6.0} / {:>6.0} ms)  overflow {}  failed {}  wall {:.1} s",
+            "{:<22} {:<27} hit {:>5.1}%  p50 {:>6.0} ms  p90 {:>6.0} ms  (engine {:>6.0} / {:>6.0} ms)  moved {}  failed {}  wall {:.1} s",
             setup.id,
             arm.label(),
             100.0 * r.hit_rate,
@@ -76,7 +102,7 @@ pub async fn bench(
             1000.0 * r.ttft_p90,
             1000.0 * r.engine_ttft_p50.unwrap_or(0.0),
             1000.0 * r.engine_ttft_p90.unwrap_or(0.0),
-            r.decisions_of("overflow"),
+            r.moved(),
             r.failed,
             r.wall.as_secs_f64()
         ));
@@ -94,6 +120,10 @@ pub async fn bench(
         routing: setup.routing,
         ceiling,
         trace_ceiling: setup.trace_ceiling,
+        cache_blocks: setup.sim.cache_blocks,
+        block_size: setup.sim.block_size,
+        cache_scale: setup.cache_scale,
+        max_partial_prefills: setup.sim.max_partial_prefills,
         runs,
     })
 }

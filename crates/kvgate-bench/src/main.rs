@@ -17,6 +17,8 @@ enum WorkloadArg {
     Mooncake,
     MooncakeConversation,
     MooncakeSynthetic,
+    SystemPrompts,
+    HotDocument,
 }
 
 impl WorkloadArg {
@@ -28,6 +30,8 @@ impl WorkloadArg {
             WorkloadArg::Mooncake => vec![Kind::MooncakeConversation, Kind::MooncakeSynthetic],
             WorkloadArg::MooncakeConversation => vec![Kind::MooncakeConversation],
             WorkloadArg::MooncakeSynthetic => vec![Kind::MooncakeSynthetic],
+            WorkloadArg::SystemPrompts => vec![Kind::SystemPrompts],
+            WorkloadArg::HotDocument => vec![Kind::HotDocument],
         }
     }
 }
@@ -63,8 +67,12 @@ struct Args {
     /// Override `prefix_aware`'s balance factor (0 turns it off).
     #[arg(long)]
     balance_factor: Option<f64>,
-    /// Only these arms (default: all), e.g. `random,prefix_aware`; also
-    /// `prefix_aware_unbounded` (no balance factor).
+    /// Multiply every instance's KV cache (`cache_blocks`, and so the
+    /// `cache_tokens` given to `longest_prefix`) by this factor.
+    #[arg(long, default_value_t = 1.0)]
+    cache_scale: f64,
+    /// Only these arms (default: all), e.g. `random,prefix_aware,longest_prefix`;
+    /// also `prefix_aware_unbounded` (no balance factor).
     #[arg(long, value_delimiter = ',')]
     strategies: Vec<String>,
 }
@@ -82,6 +90,9 @@ async fn main() -> anyhow::Result<()> {
             .map(|s| Arm::parse(s).with_context(|| format!("unknown strategy {s:?}")))
             .collect::<anyhow::Result<Vec<_>>>()?
     };
+    if !(args.cache_scale.is_finite() && args.cache_scale > 0.0) {
+        anyhow::bail!("--cache-scale must be a positive number");
+    }
     let mut results = Vec::new();
     for kind in kinds {
         let mut setup = kind.setup(args.quick, args.seed, &args.traces)?;
@@ -97,7 +108,15 @@ async fn main() -> anyhow::Result<()> {
         if let Some(c) = args.balance_factor {
             setup.routing.balance_factor = (c > 0.0).then_some(c);
         }
-        eprintln!("{}: {} requests", setup.id, setup.requests());
+        if args.cache_scale != 1.0 {
+            setup.scale_cache(args.cache_scale);
+        }
+        eprintln!(
+            "{}: {} requests, {} KV tokens an instance",
+            setup.id,
+            setup.requests(),
+            setup.cache_tokens()
+        );
         let result = bench(&setup, &arms, "bench", |line| eprintln!("  {line}")).await?;
         results.push(result);
     }

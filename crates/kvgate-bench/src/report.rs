@@ -1,5 +1,6 @@
-//! The Markdown report: how it was run, then a table per workload and the
-//! `prefix_aware`-against-`random` comparison, with workload 1's targets checked.
+//! The Markdown report: how it was run, then a table per workload, the cache-aware
+//! arms against `random` and `longest_prefix` against `prefix_aware`, with
+//! workload 1's targets checked.
 
 use std::fmt::Write as _;
 
@@ -41,13 +42,21 @@ pub fn markdown(ctx: &Context, results: &[WorkloadResult]) -> String {
          bucket-interpolated), i.e. the same requests without those overheads. Throughput: completed requests and output tokens \
          per simulated second from the first send to the last completion (arrivals \
          are open-loop, so it tracks the offered load unless the fleet falls \
-         behind). Shares: each instance's share of requests. Overflow and fallback: \
-         the gateway's `kvgate_routing_decisions_total` for the run's endpoint. \
+         behind). Shares: each instance's share of requests. Overflow / spread and \
+         fallback: the gateway's `kvgate_routing_decisions_total` for the run's \
+         endpoint; *overflow / spread* counts requests sent away from the instance \
+         holding the most of their prefix (`overflow` for `prefix_aware`, whose key's \
+         instance was full; `cache_spread` for `longest_prefix`, where a less-cached \
+         instance was cheaper). \
          Routing time: the gateway's `kvgate_routing_decision_seconds` (real time, \
          bucket-interpolated). `prefix_aware_unbounded` is `prefix_aware` with the same \
          settings but no balance factor (plain consistent hashing up to \
          concurrency_threshold): what the balance factor costs in hits and buys in \
-         balance.\n"
+         balance. `longest_prefix` routes by the longest prefix each instance holds in \
+         the gateway's own block index (sized by `cache_tokens` to the instances' KV \
+         cache), weighed against the prefill queued there; every other setting is the \
+         gateway's default for it (concurrency_threshold 256, balance_factor 1.5, \
+         block_chars 256, max_prompt_blocks 1024).\n"
     );
     for w in results {
         workload(&mut s, w);
@@ -56,18 +65,32 @@ pub fn markdown(ctx: &Context, results: &[WorkloadResult]) -> String {
 }
 
 fn workload(s: &mut String, w: &WorkloadResult) {
-    let _ = writeln!(s, "## {}\n", w.setup_id);
+    let _ = writeln!(s, "## {}\n", w.title());
     let _ = writeln!(s, "{}\n", w.description);
     let r = w.routing;
     let _ = writeln!(
         s,
-        "`prefix_aware` settings: prefix_length {}, concurrency_threshold {}, \
-         balance_factor {}. time_scale {}. Ceiling (one infinite cache, these {} \
-         requests): {:.1}%.{}\n",
+        "KV cache: {} blocks of {} tokens = {} tokens an instance{}.{} \
+         `prefix_aware` settings: prefix_length {}, concurrency_threshold {}, \
+         balance_factor {}. `longest_prefix`: cache_tokens {}, otherwise its defaults. \
+         time_scale {}. Ceiling (one infinite cache, these {} requests): {:.1}%.{}\n",
+        w.cache_blocks,
+        w.block_size,
+        w.cache_tokens(),
+        if w.is_cache_scaled() {
+            format!(" ({}× the workload's own)", w.cache_scale)
+        } else {
+            String::new()
+        },
+        w.max_partial_prefills.map_or_else(String::new, |n| format!(
+            " Instances prefill at most {n} request{} at a time (max_partial_prefills).",
+            if n == 1 { "" } else { "s" }
+        )),
         r.prefix_length,
         r.concurrency_threshold,
         r.balance_factor
             .map_or_else(|| "none".to_owned(), |c| c.to_string()),
+        w.cache_tokens(),
         w.time_scale,
         w.requests,
         100.0 * w.ceiling,
@@ -80,7 +103,7 @@ fn workload(s: &mut String, w: &WorkloadResult) {
     let _ = writeln!(
         s,
         "| strategy | KV hit | of ceiling |{} P50 TTFT | P90 TTFT | engine P50 / P90 | req/s | \
-         out tok/s | instance shares (%) | overflow | fallback | routing µs (mean / p99) | \
+         out tok/s | instance shares (%) | overflow / spread | fallback | routing µs (mean / p99) | \
          failed |",
         if trace_col { " of trace ceiling |" } else { "" }
     );
@@ -136,7 +159,7 @@ fn row(s: &mut String, w: &WorkloadResult, r: &RunResult, trace_col: bool) {
         r.requests_per_s,
         r.output_tokens_per_s,
         shares.join(" "),
-        r.decisions_of("overflow"),
+        r.moved(),
         r.decisions_of("fallback"),
         micros(r.routing_mean),
         micros(r.routing_p99),
@@ -152,12 +175,23 @@ fn ms(secs: f64) -> String {
     }
 }
 
-/// Each `prefix_aware` arm against `random`, and workload 1's targets.
+/// Each cache-aware arm against `random`, `longest_prefix` against
+/// `prefix_aware`, and workload 1's targets.
 fn compare(s: &mut String, w: &WorkloadResult) {
+    against_random(s, w);
+    longest_against_prefix_aware(s, w);
+    targets(s, w);
+}
+
+fn against_random(s: &mut String, w: &WorkloadResult) {
     let Some(b) = w.run(Arm::Random) else {
         return;
     };
-    for arm in [Arm::PrefixAware, Arm::PrefixAwareUnbounded] {
+    for arm in [
+        Arm::PrefixAware,
+        Arm::PrefixAwareUnbounded,
+        Arm::LongestPrefix,
+    ] {
         let Some(p) = w.run(arm) else {
             continue;
         };
@@ -180,7 +214,16 @@ fn compare(s: &mut String, w: &WorkloadResult) {
             100.0 * spread(p),
         );
     }
-    if let (Some(p), "long-context") = (w.run(Arm::PrefixAware), w.setup_id.as_str()) {
+}
+
+/// Workload 1's targets (SageMaker's figures), at the workload's own cache size.
+fn targets(s: &mut String, w: &WorkloadResult) {
+    if let (Some(b), Some(p), "long-context", false) = (
+        w.run(Arm::Random),
+        w.run(Arm::PrefixAware),
+        w.setup_id.as_str(),
+        w.is_cache_scaled(),
+    ) {
         let check = |ok: bool| if ok { "met" } else { "NOT met" };
         let _ = writeln!(
             s,
@@ -193,6 +236,38 @@ fn compare(s: &mut String, w: &WorkloadResult) {
             check(change(p.ttft_p50, b.ttft_p50) <= -70.0),
         );
     }
+}
+
+/// `longest_prefix` against `prefix_aware`: hit rates, TTFT ratios, balance.
+fn longest_against_prefix_aware(s: &mut String, w: &WorkloadResult) {
+    let (Some(l), Some(p)) = (w.run(Arm::LongestPrefix), w.run(Arm::PrefixAware)) else {
+        return;
+    };
+    let ratio = |a: f64, b: f64| format!("{:.2}×", a / b.max(1e-12));
+    let engine_ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => ratio(a, b),
+        _ => "–".to_owned(),
+    };
+    let _ = writeln!(
+        s,
+        "`longest_prefix` against `prefix_aware`: KV hit {:.1}% → {:.1}% ({:+.1} points; \
+         {:.0}% of the ceiling); P50 TTFT {} of `prefix_aware`'s (engine {}); P90 TTFT {} \
+         (engine {}); largest share deviation from 1/{} {:.1} → {:.1} points; sent away from the \
+         instance holding most of the prefix (overflow → cache_spread) {} → {}.\n",
+        100.0 * p.hit_rate,
+        100.0 * l.hit_rate,
+        100.0 * (l.hit_rate - p.hit_rate),
+        100.0 * l.hit_rate / w.ceiling.max(1e-9),
+        ratio(l.ttft_p50, p.ttft_p50),
+        engine_ratio(l.engine_ttft_p50, p.engine_ttft_p50),
+        ratio(l.ttft_p90, p.ttft_p90),
+        engine_ratio(l.engine_ttft_p90, p.engine_ttft_p90),
+        l.shares.len(),
+        100.0 * spread(p),
+        100.0 * spread(l),
+        p.moved(),
+        l.moved(),
+    );
 }
 
 fn change(new: f64, old: f64) -> f64 {

@@ -64,6 +64,13 @@ impl RunResult {
             .map(|(_, n)| *n)
             .sum()
     }
+
+    /// Requests sent away from the instance that held the most of their prefix:
+    /// `overflow` (`prefix_aware`: the key's instance was full) plus
+    /// `cache_spread` (`longest_prefix`: a less-cached instance was cheaper).
+    pub fn moved(&self) -> u64 {
+        self.decisions_of("overflow") + self.decisions_of("cache_spread")
+    }
 }
 
 /// Run `setup` under `arm`; `tag` makes the endpoint name unique in this process.

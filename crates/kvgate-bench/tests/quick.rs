@@ -1,6 +1,7 @@
-//! The benchmark's quick mode, every workload under every strategy, end to end
-//! through the real gateway, so it cannot rot. Sanity only: the figures of a run
-//! this small mean nothing and are not asserted.
+//! The benchmark's quick mode, every workload under every arm (`longest_prefix`
+//! included), end to end through the real gateway, so it cannot rot; and one
+//! workload with `--cache-scale`. Sanity only: the figures of a run this small
+//! mean nothing and are not asserted.
 
 use std::path::PathBuf;
 
@@ -20,6 +21,8 @@ async fn quick_mode_of_every_workload_completes_with_sane_numbers() {
     for kind in Kind::ALL {
         let setup = kind.setup(true, 1, &traces()).unwrap();
         assert!(setup.requests() > 0, "{}: no requests", setup.id);
+        let one_prefill = setup.sim.max_partial_prefills == Some(1);
+        assert_eq!(one_prefill, kind == Kind::HotDocument, "{}", setup.id);
         let w = bench(&setup, &Arm::ALL, "quicktest", |line| eprintln!("{line}"))
             .await
             .unwrap();
@@ -69,8 +72,51 @@ async fn quick_mode_of_every_workload_completes_with_sane_numbers() {
     let md = report::markdown(&ctx, &results);
     let svg = chart::svg(&results, "test");
     for kind in Kind::ALL {
-        assert!(md.contains(&format!("## {}", kind.id())), "{md}");
+        assert!(md.contains(&format!("## {}\n", kind.id())), "{md}");
     }
+    assert_eq!(
+        md.matches("`longest_prefix` against `prefix_aware`")
+            .count(),
+        Kind::ALL.len(),
+        "{md}"
+    );
+    assert_eq!(
+        md.matches("`longest_prefix` against `random`").count(),
+        Kind::ALL.len(),
+        "{md}"
+    );
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert!(svg.matches("<rect").count() > 4 * Arm::ALL.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_scale_reaches_the_instances_the_gateway_and_the_report() {
+    let mut setup = Kind::LongContext.setup(true, 1, &traces()).unwrap();
+    let blocks = setup.sim.cache_blocks;
+    setup.scale_cache(2.0);
+    let arms = [Arm::Random, Arm::LongestPrefix];
+    let w = bench(&setup, &arms, "quickscale", |line| eprintln!("{line}"))
+        .await
+        .unwrap();
+    assert_eq!(w.cache_blocks, 2 * blocks);
+    assert_eq!(w.title(), "long-context (2× cache)");
+    for r in &w.runs {
+        assert_eq!(r.failed, 0, "{}: {:?}", r.arm.label(), r.first_error);
+    }
+    let ctx = Context {
+        command: "test".to_owned(),
+        date: "today".to_owned(),
+        machine: "test".to_owned(),
+    };
+    let md = report::markdown(&ctx, &[w]);
+    assert!(md.contains("## long-context (2× cache)\n"), "{md}");
+    let tokens = format!(
+        "{} tokens an instance (2× the workload's own)",
+        2 * blocks * 16
+    );
+    assert!(md.contains(&tokens), "{md}");
+    assert!(
+        md.contains(&format!("cache_tokens {}", 2 * blocks * 16)),
+        "{md}"
+    );
 }

@@ -27,6 +27,11 @@ pub struct SimConfig {
     pub max_running: usize,
     /// Token budget of one scheduler step (vLLM `max_num_batched_tokens`).
     pub max_batched_tokens: usize,
+    /// Most sequences in (chunked) prefill at once (vLLM `--max-num-partial-prefills`);
+    /// `None` for no limit. With `Some(1)` the instance prefills one request at a
+    /// time: a sequence behind another's unfinished prefill waits in the queue, and
+    /// gets no prefill tokens, until that prefill completes. `Some(0)` counts as 1.
+    pub max_partial_prefills: Option<usize>,
     /// Output tokens when the request sets no `max_tokens`.
     pub default_max_tokens: usize,
     /// Real seconds per simulated second: 1.0 is real time, 0.01 runs 100× faster.
@@ -53,6 +58,8 @@ impl SimConfig {
     ///   overheads; measured ITL for 70B TP4 at moderate batch is 20–30 ms.
     /// - `max_running = 256`, `max_batched_tokens = 8_192`: vLLM's `max_num_seqs`
     ///   and its OpenAI-server `max_num_batched_tokens` default (chunked prefill).
+    /// - `max_partial_prefills = None`: any number of sequences share a step's
+    ///   prefill budget, as vLLM V1's scheduler does.
     /// - `default_max_tokens = 16`: OpenAI's legacy completions default; vLLM's
     ///   own default (the rest of the context) would make idle demos run for minutes.
     pub fn llama70b_h100_tp4() -> Self {
@@ -65,6 +72,7 @@ impl SimConfig {
             inter_token_latency: Duration::from_millis(25),
             max_running: 256,
             max_batched_tokens: 8_192,
+            max_partial_prefills: None,
             default_max_tokens: 16,
             time_scale: 1.0,
         }
@@ -80,6 +88,7 @@ impl SimConfig {
         }
         self.max_running = self.max_running.max(1);
         self.max_batched_tokens = self.max_batched_tokens.max(1);
+        self.max_partial_prefills = self.max_partial_prefills.map(|n| n.max(1));
         self.default_max_tokens = self.default_max_tokens.max(1);
         if !(self.time_scale.is_finite() && self.time_scale >= 0.0) {
             self.time_scale = preset.time_scale;
@@ -110,6 +119,7 @@ mod tests {
             prefill_tokens_per_s: f64::NAN,
             max_running: 0,
             max_batched_tokens: 0,
+            max_partial_prefills: Some(0),
             default_max_tokens: 0,
             time_scale: -1.0,
             ..SimConfig::default()
@@ -119,6 +129,7 @@ mod tests {
         assert_eq!(cfg.cache_blocks, 1);
         assert_eq!(cfg.prefill_tokens_per_s, 12_000.0);
         assert_eq!((cfg.max_running, cfg.max_batched_tokens), (1, 1));
+        assert_eq!(cfg.max_partial_prefills, Some(1));
         assert_eq!(cfg.default_max_tokens, 1);
         assert_eq!(cfg.time_scale, 1.0);
     }

@@ -27,7 +27,9 @@
 //!
 //! **Time.** Each instance runs an engine task with a vLLM V1-style scheduler.
 //! Requests wait in a FIFO queue and are admitted while fewer than `max_running`
-//! run and the KV cache can hold their blocks. A step processes at most
+//! run, fewer than `max_partial_prefills` (when set; vLLM's
+//! `--max-num-partial-prefills`) are still prefilling, and the KV cache can hold
+//! their blocks. A step processes at most
 //! `max_batched_tokens` tokens: one per decoding sequence, the rest for chunked
 //! prefill of uncached prompt tokens. A step lasts
 //!

@@ -1,6 +1,9 @@
 //! `/metrics`: the counters in Prometheus text format, under vLLM's metric names, so
 //! a gateway (or Prometheus) reads a simulated instance exactly like a real one.
-//! Every series carries `model_name` (as vLLM) and `server` (the instance name).
+//! Every series carries `model_name` (as vLLM) and `server` (the instance name),
+//! except `vllm:cache_config_info`, whose labels are vLLM's (the `CacheConfig`
+//! fields as strings, and `engine`) plus `server`: a gateway learns each
+//! instance's KV capacity (`num_gpu_blocks` × `block_size` tokens) from it.
 //! TTFT is observed in simulated seconds, i.e. real seconds ÷ `time_scale`.
 
 use std::fmt::Write;
@@ -80,6 +83,8 @@ pub(crate) fn render(server: &SimServer) -> String {
         &s.aborted,
     );
 
+    cache_config_info(&mut out, server);
+
     let name = "vllm:time_to_first_token_seconds";
     let _ = writeln!(
         out,
@@ -99,6 +104,23 @@ pub(crate) fn render(server: &SimServer) -> String {
         "{name}_sum{{{labels}}} {sum}\n{name}_count{{{labels}}} {cumulative}"
     );
     out
+}
+
+/// vLLM's info gauge of its `CacheConfig`: value 1, the fields as labels, their
+/// values as Python's `str()` writes them (`True`, `None`), in field order.
+fn cache_config_info(out: &mut String, server: &SimServer) {
+    let name = "vllm:cache_config_info";
+    let cfg = &server.cfg;
+    let _ = writeln!(
+        out,
+        "# HELP {name} Information of the LLMEngine CacheConfig\n# TYPE {name} gauge\n\
+         {name}{{block_size=\"{}\",gpu_memory_utilization=\"0.9\",cache_dtype=\"auto\",\
+         num_gpu_blocks_override=\"None\",enable_prefix_caching=\"True\",\
+         num_gpu_blocks=\"{}\",num_cpu_blocks=\"None\",engine=\"0\",server=\"{}\"}} 1.0",
+        cfg.block_size,
+        cfg.cache_blocks,
+        escape(&cfg.name),
+    );
 }
 
 fn escape(value: &str) -> String {
@@ -142,6 +164,11 @@ mod tests {
             format!("vllm:time_to_first_token_seconds_bucket{{{labels},le=\"+Inf\"}} 2"),
             format!("vllm:time_to_first_token_seconds_sum{{{labels}}} 1.03"),
             format!("vllm:time_to_first_token_seconds_count{{{labels}}} 2"),
+            "# TYPE vllm:cache_config_info gauge".to_owned(),
+            "vllm:cache_config_info{block_size=\"16\",gpu_memory_utilization=\"0.9\",\
+             cache_dtype=\"auto\",num_gpu_blocks_override=\"None\",enable_prefix_caching=\"True\",\
+             num_gpu_blocks=\"24000\",num_cpu_blocks=\"None\",engine=\"0\",server=\"a\\\"b\"} 1.0"
+                .to_owned(),
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
         }

@@ -7,11 +7,14 @@
 //! 2. Running sequences, oldest first, take from the step's `max_batched_tokens`
 //!    budget: one token each when decoding, the rest of their prompt (or what is
 //!    left of the budget) when prefilling.
-//! 3. While budget remains and fewer than `max_running` run, the head of the FIFO
-//!    waiting queue is admitted if the KV cache can hold all its blocks (prompt
-//!    and `max_tokens` output, reserved up front, so there is no preemption); its
+//! 3. While budget remains, fewer than `max_running` run and fewer than
+//!    `max_partial_prefills` are still prefilling, the head of the FIFO waiting
+//!    queue is admitted if the KV cache can hold all its blocks (prompt and
+//!    `max_tokens` output, reserved up front, so there is no preemption); its
 //!    cached prefix is skipped and its first prefill chunk scheduled. A head that
-//!    does not fit blocks those behind it, as in vLLM.
+//!    does not fit blocks those behind it, as in vLLM. With
+//!    `max_partial_prefills = 1` the instance prefills one request at a time, and
+//!    a request's cache hit is looked up when its turn comes.
 //! 4. The step lasts `max(inter_token_latency, tokens / prefill_tokens_per_s)`:
 //!    decoding is memory-bound (the weights are read once a step, however many
 //!    sequences decode), prefill compute-bound, and a mixed step costs whichever
@@ -85,6 +88,8 @@ pub(crate) struct Scheduler<S> {
     block_size: usize,
     max_running: usize,
     max_batched_tokens: usize,
+    /// Most sequences in prefill at once (`usize::MAX`: no limit).
+    max_partial_prefills: usize,
     prefill_tokens_per_s: f64,
     inter_token_latency: Duration,
     cache: KvCache,
@@ -103,6 +108,7 @@ impl<S: SeqSink> Scheduler<S> {
             block_size: cfg.block_size,
             max_running: cfg.max_running,
             max_batched_tokens: cfg.max_batched_tokens,
+            max_partial_prefills: cfg.max_partial_prefills.unwrap_or(usize::MAX),
             prefill_tokens_per_s: cfg.prefill_tokens_per_s,
             inter_token_latency: cfg.inter_token_latency,
             cache: KvCache::new(cfg.cache_blocks),
@@ -146,13 +152,27 @@ impl<S: SeqSink> Scheduler<S> {
         self.reap_closed();
         let mut budget = self.max_batched_tokens;
         let mut tokens = 0;
+        // Sequences holding a prefill slot: admitted, prompt not yet computed.
+        let mut prefilling = 0;
         for seq in &mut self.running {
-            let need = seq.spec.prompt_tokens.saturating_sub(seq.computed).max(1);
-            seq.scheduled = need.min(budget);
+            let left = seq.spec.prompt_tokens.saturating_sub(seq.computed);
+            seq.scheduled = if left == 0 {
+                budget.min(1)
+            } else if prefilling < self.max_partial_prefills {
+                prefilling += 1;
+                left.min(budget)
+            } else {
+                // Admission never lets more than the limit in; should one get past it,
+                // it waits here for a slot instead.
+                0
+            };
             budget -= seq.scheduled;
             tokens += seq.scheduled;
         }
-        while budget > 0 && self.running.len() < self.max_running {
+        while budget > 0
+            && self.running.len() < self.max_running
+            && prefilling < self.max_partial_prefills
+        {
             let Some(head) = self.waiting.front() else {
                 break;
             };
@@ -184,6 +204,7 @@ impl<S: SeqSink> Scheduler<S> {
             seq.scheduled = (seq.spec.prompt_tokens - cached).min(budget);
             budget -= seq.scheduled;
             tokens += seq.scheduled;
+            prefilling += 1;
             self.running.push(seq);
         }
         self.publish();

@@ -314,3 +314,85 @@ fn ttft_is_recorded_in_simulated_time() {
     let buckets = &b.counters.ttft_buckets;
     assert_eq!(buckets[9].load(Relaxed), 1, "0.5 s lands in le=0.5");
 }
+
+#[test]
+fn one_partial_prefill_at_a_time_queues_the_next_prefill_behind_it() {
+    let one = SimConfig {
+        max_batched_tokens: 300,
+        max_partial_prefills: Some(1),
+        ..cfg()
+    };
+    let mut b = Bench::new(one.clone());
+    b.submit(0, 0, 500, 3);
+    b.submit(1, 0, 500, 3);
+    assert_eq!(b.s.plan(), Some(ms(300)), "0's first chunk alone");
+    assert_eq!((b.stats().running, b.stats().waiting), (1, 1));
+    b.s.finish(ms(300));
+    // 0's last 200 tokens; 100 tokens of budget left, but 1 still waits.
+    assert_eq!(b.s.plan(), Some(ms(200)));
+    assert_eq!((b.stats().running, b.stats().waiting), (1, 1));
+    b.s.finish(ms(200));
+    b.drain();
+    b.run();
+    assert_eq!(b.first_token(0), ms(500));
+    // Then 0's decode token + 299 of 1's, then 0's last decode token + 1's last 201.
+    assert_eq!(b.first_token(1), ms(500 + 300 + 202));
+
+    // Unlimited (the default), 1 takes the budget 0 leaves in the second step.
+    let mut all = Bench::new(SimConfig {
+        max_partial_prefills: None,
+        ..one
+    });
+    all.submit(0, 0, 500, 3);
+    all.submit(1, 0, 500, 3);
+    let d = all.s.plan().unwrap();
+    all.s.finish(d);
+    assert_eq!(all.s.plan(), Some(ms(300)), "0's last 200 + 100 of 1's");
+    assert_eq!((all.stats().running, all.stats().waiting), (2, 0));
+}
+
+#[test]
+fn one_partial_prefill_at_a_time_spends_a_step_on_each_short_prompt() {
+    let fast = SimConfig {
+        prefill_tokens_per_s: 100_000.0,
+        ..cfg()
+    };
+    let first_tokens = |limit: Option<usize>| {
+        let mut b = Bench::new(SimConfig {
+            max_partial_prefills: limit,
+            ..fast.clone()
+        });
+        for id in 0..4 {
+            b.submit(id, 0, 100, 2);
+        }
+        b.run();
+        (0..4).map(|id| b.first_token(id)).collect::<Vec<_>>()
+    };
+    // 100 tokens at 100k/s is 1 ms, under one 10 ms step.
+    assert_eq!(first_tokens(None), vec![ms(10); 4]);
+    assert_eq!(first_tokens(Some(1)), vec![ms(10), ms(20), ms(30), ms(40)]);
+    assert_eq!(first_tokens(Some(2)), vec![ms(10), ms(10), ms(20), ms(20)]);
+}
+
+#[test]
+fn partial_prefill_limit_admits_up_to_the_limit_and_looks_up_hits_late() {
+    let mut b = Bench::new(SimConfig {
+        max_partial_prefills: Some(2),
+        ..cfg()
+    });
+    b.submit(0, 1_000, 1_040, 2);
+    b.submit(1, 0, 200, 2);
+    b.submit(2, 1_000, 1_040, 2);
+    assert_eq!(b.s.plan(), Some(ms(1_240)), "0 and 1 prefill together");
+    assert_eq!((b.stats().running, b.stats().waiting), (2, 1));
+    b.s.finish(ms(1_240));
+    b.drain();
+    b.run();
+    // 2 was admitted after 0's prefill had computed the shared prefix.
+    assert!(b.cached(2) >= 992, "cached {}", b.cached(2));
+    assert_eq!(
+        b.first_token(2),
+        ms(1_240 + 50),
+        "2 decode + 48 prefill tokens"
+    );
+}

@@ -203,6 +203,49 @@ async fn health_models_and_metrics() {
 }
 
 #[tokio::test]
+async fn metrics_expose_the_kv_capacity_as_vllms_cache_config_info() {
+    let sim = start(cfg_with(|c| {
+        c.block_size = 32;
+        c.cache_blocks = 1_234;
+    }))
+    .await;
+    let m = client()
+        .get(format!("{}/metrics", sim.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.lines()
+            .any(|l| l == "# TYPE vllm:cache_config_info gauge"),
+        "{m}"
+    );
+    let line = m
+        .lines()
+        .find(|l| l.starts_with("vllm:cache_config_info{"))
+        .unwrap_or_else(|| panic!("no cache_config_info:\n{m}"));
+    let (labels, value) = line
+        .strip_prefix("vllm:cache_config_info{")
+        .and_then(|rest| rest.rsplit_once("} "))
+        .unwrap();
+    assert_eq!(value.parse::<f64>().unwrap(), 1.0);
+    let labels: Vec<(&str, &str)> = labels
+        .split(',')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap();
+            (k, v.trim_matches('"'))
+        })
+        .collect();
+    let label = |name: &str| labels.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    assert_eq!(label("block_size"), Some("32"));
+    assert_eq!(label("num_gpu_blocks"), Some("1234"));
+    assert_eq!(label("enable_prefix_caching"), Some("True"));
+    assert_eq!(label("server"), Some("t"));
+}
+
+#[tokio::test]
 async fn malformed_requests_get_openai_shaped_400s() {
     let sim = start(cfg()).await;
     let c = client();

@@ -97,5 +97,6 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
         },
         sessions,
         trace_ceiling: None,
+        cache_scale: 1.0,
     }
 }

@@ -1,9 +1,11 @@
 //! What a benchmark run sends: sessions of turns on a simulated clock, and the fleet
 //! and routing settings each workload is measured with.
 
+mod hot_document;
 mod long_context;
 mod mooncake;
 mod multi_turn;
+mod system_prompts;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -65,12 +67,28 @@ pub struct Setup {
     pub sessions: Vec<Session>,
     /// A published reuse ceiling to report the hit rate against (Mooncake).
     pub trace_ceiling: Option<f64>,
+    /// Factor applied to the workload's own `sim.cache_blocks` ([`Setup::scale_cache`]).
+    pub cache_scale: f64,
 }
 
 impl Setup {
     /// Requests the setup sends.
     pub fn requests(&self) -> usize {
         self.sessions.iter().map(|s| s.turns.len()).sum()
+    }
+
+    /// Multiply every instance's KV capacity by `factor` (> 0), rounding to whole
+    /// blocks; the description stays that of the workload's own sizes.
+    pub fn scale_cache(&mut self, factor: f64) {
+        let blocks = (self.sim.cache_blocks as f64 * factor).round();
+        // `as` saturates; at least one block.
+        self.sim.cache_blocks = (blocks as usize).max(1);
+        self.cache_scale *= factor;
+    }
+
+    /// KV capacity of one instance, tokens.
+    pub fn cache_tokens(&self) -> usize {
+        self.sim.cache_blocks.saturating_mul(self.sim.block_size)
     }
 }
 
@@ -81,14 +99,18 @@ pub enum Kind {
     MultiTurn,
     MooncakeConversation,
     MooncakeSynthetic,
+    SystemPrompts,
+    HotDocument,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [
+    pub const ALL: [Kind; 6] = [
         Kind::LongContext,
         Kind::MultiTurn,
         Kind::MooncakeConversation,
         Kind::MooncakeSynthetic,
+        Kind::SystemPrompts,
+        Kind::HotDocument,
     ];
 
     pub fn id(self) -> &'static str {
@@ -97,6 +119,8 @@ impl Kind {
             Kind::MultiTurn => "multi-turn",
             Kind::MooncakeConversation => "mooncake-conversation",
             Kind::MooncakeSynthetic => "mooncake-synthetic",
+            Kind::SystemPrompts => "system-prompts",
+            Kind::HotDocument => "hot-document",
         }
     }
 
@@ -106,6 +130,8 @@ impl Kind {
         match self {
             Kind::LongContext => Ok(long_context::setup(quick, seed)),
             Kind::MultiTurn => Ok(multi_turn::setup(quick, seed)),
+            Kind::SystemPrompts => Ok(system_prompts::setup(quick, seed)),
+            Kind::HotDocument => Ok(hot_document::setup(quick, seed)),
             Kind::MooncakeConversation => mooncake::setup(
                 Trace::Conversation,
                 &traces.join(Trace::Conversation.file()),

@@ -149,6 +149,7 @@ pub(super) fn setup(trace: Trace, path: &Path, quick: bool) -> anyhow::Result<Se
         },
         sessions,
         trace_ceiling: Some(trace.ceiling()),
+        cache_scale: 1.0,
     })
 }
 

@@ -25,6 +25,36 @@ struct Params {
     time_scale: f64,
 }
 
+/// One ShareGPT-like conversation of `turns.0..=turns.1` turns: a first question
+/// of log-normal length (median 200 tokens), follow-ups median 60, answers median
+/// 180 tokens (16–800), exponential think time of mean `think_mean_s` before each
+/// follow-up. Message texts are `block_text` of ids counted up from `next_id`.
+pub(super) fn conversation(
+    rng: &mut impl Rng,
+    next_id: &mut u64,
+    turns: (usize, usize),
+    think_mean_s: f64,
+) -> Vec<Turn> {
+    let count = rng.random_range(turns.0..=turns.1.max(turns.0));
+    (0..count)
+        .map(|t| {
+            // First questions are longer (pasted context), follow-ups short.
+            let median = if t == 0 { 200.0 } else { 60.0 };
+            let tokens = log_normal(rng, median, 1.0, 8.0, 2_000.0) as usize;
+            *next_id += 1;
+            Turn {
+                think: if t == 0 {
+                    Duration::ZERO
+                } else {
+                    exp_gap(rng, 1.0 / think_mean_s)
+                },
+                max_tokens: log_normal(rng, 180.0, 0.8, 16.0, 800.0) as u32,
+                content: Content::Chat(block_text(*next_id, tokens)),
+            }
+        })
+        .collect()
+}
+
 pub(super) fn setup(quick: bool, seed: u64) -> Setup {
     let p = if quick {
         Params {
@@ -50,28 +80,10 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
     let sessions = (0..p.conversations)
         .map(|_| {
             at += exp_gap(&mut rng, p.rate);
-            let turns = rng.random_range(p.turns.0..=p.turns.1);
-            let turns = (0..turns)
-                .map(|t| {
-                    // First questions are longer (pasted context), follow-ups short.
-                    let median = if t == 0 { 200.0 } else { 60.0 };
-                    let tokens = log_normal(&mut rng, median, 1.0, 8.0, 2_000.0) as usize;
-                    next_id += 1;
-                    Turn {
-                        think: if t == 0 {
-                            Duration::ZERO
-                        } else {
-                            exp_gap(&mut rng, 1.0 / p.think_mean_s)
-                        },
-                        max_tokens: log_normal(&mut rng, 180.0, 0.8, 16.0, 800.0) as u32,
-                        content: Content::Chat(block_text(next_id, tokens)),
-                    }
-                })
-                .collect();
             Session {
                 start: at,
                 system: Some(Arc::clone(&system)),
-                turns,
+                turns: conversation(&mut rng, &mut next_id, p.turns, p.think_mean_s),
             }
         })
         .collect();
@@ -98,5 +110,6 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
         },
         sessions,
         trace_ceiling: None,
+        cache_scale: 1.0,
     }
 }
