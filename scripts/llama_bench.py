@@ -186,6 +186,9 @@ endpoints:
 """
     if args.balance_factor:
         yaml += f"      balance_factor: {args.balance_factor}\n"
+    if strategy == "longest_prefix":
+        # Its index sized to what llama-server keeps: every slot's context.
+        yaml += f"      cache_tokens: {max(1024, args.slots * args.slot_ctx)}\n"
     cfg = os.path.join(workdir, f"{rnd}-c{clients}-{strategy}.yaml")
     with open(cfg, "w") as f:
         f.write(yaml)
@@ -363,6 +366,11 @@ def report(args, runs, started, load, server, model):
     )
     argv = " ".join(shlex.quote(a) for a in sys.argv[1:])
     balance = f", balance_factor {args.balance_factor}" if args.balance_factor else ", no balance_factor"
+    if "longest_prefix" in args.strategies.split(","):
+        balance += (
+            f"; `longest_prefix` with cache_tokens {max(1024, args.slots * args.slot_ctx)} and "
+            + ("the same balance_factor" if args.balance_factor else "its default balance_factor 1.5")
+        )
     n_req = args.prompts * args.questions
 
     def row(label, s, shares):
@@ -404,17 +412,19 @@ def report(args, runs, started, load, server, model):
     for (c, name), s in sums.items():
         lines.append(row(f"{c}, `{name}`", s, " / ".join(f"{x:.0%}" for x in s["shares"])))
     lines.append("")
+    pairs = [("prefix_aware", "random"), ("longest_prefix", "random"), ("longest_prefix", "prefix_aware")]
     for c in dict.fromkeys(c for c, _ in keys):
-        if (c, "random") not in sums or (c, "prefix_aware") not in sums:
-            continue
-        r, p = sums[(c, "random")], sums[(c, "prefix_aware")]
-        lines += [
-            f"- {c} client{'s' if c > 1 else ''}: `prefix_aware` against `random`: P50 TTFT {p['p50'] / r['p50']:.2f}× "
-            f"({p['p50'] / r['p50'] - 1:+.0%}), P90 TTFT {p['p90'] / r['p90']:.2f}× "
-            f"({p['p90'] / r['p90'] - 1:+.0%}), mean TTFT {p['mean'] / r['mean']:.2f}×, "
-            f"cached-token fraction {r['cached_fraction']:.1%} → {p['cached_fraction']:.1%}, "
-            f"throughput {p['throughput'] / r['throughput']:.2f}×.",
-        ]
+        for arm, base in pairs:
+            if (c, base) not in sums or (c, arm) not in sums:
+                continue
+            r, p = sums[(c, base)], sums[(c, arm)]
+            lines += [
+                f"- {c} client{'s' if c > 1 else ''}: `{arm}` against `{base}`: P50 TTFT {p['p50'] / r['p50']:.2f}× "
+                f"({p['p50'] / r['p50'] - 1:+.0%}), P90 TTFT {p['p90'] / r['p90']:.2f}× "
+                f"({p['p90'] / r['p90'] - 1:+.0%}), mean TTFT {p['mean'] / r['mean']:.2f}×, "
+                f"cached-token fraction {r['cached_fraction']:.1%} → {p['cached_fraction']:.1%}, "
+                f"throughput {p['throughput'] / r['throughput']:.2f}×.",
+            ]
     lines += [
         "",
         "Median TTFT of hits (≥50% of the prompt cached) and of misses: "

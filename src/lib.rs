@@ -52,5 +52,6 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let app = api::router(Arc::clone(&state));
     tokio::spawn(upstream::health::run(Arc::downgrade(&state)));
+    tokio::spawn(upstream::capacity::run(Arc::downgrade(&state)));
     server::run(listener, app, state, shutdown).await
 }

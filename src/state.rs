@@ -87,8 +87,11 @@ impl Runtime {
             // Kept instances keep what they hold; a changed block size or
             // capacity is applied to their index (see BlockIndex::configure).
             for (inst, ic) in instances.iter().zip(&ec.instances) {
+                let learned = inst
+                    .learned_cache_tokens()
+                    .filter(|_| ic.learn_cache_tokens);
                 inst.index.configure(
-                    ec.routing.index_blocks(ic.cache_tokens),
+                    ec.routing.index_blocks(learned.unwrap_or(ic.cache_tokens)),
                     ec.routing.block_chars,
                 );
             }

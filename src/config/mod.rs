@@ -86,6 +86,9 @@ pub struct InstanceConfig {
     pub url: String,
     /// KV capacity assumed for this instance, tokens (cache-aware strategies).
     pub cache_tokens: usize,
+    /// Neither the instance nor its endpoint sets `cache_tokens`: learn it from
+    /// the engine's `vllm:cache_config_info` (see `upstream::capacity`).
+    pub learn_cache_tokens: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -102,6 +105,8 @@ pub struct RoutingConfig {
     pub block_chars: usize,
     /// KV capacity assumed per instance, tokens, unless an instance says otherwise.
     pub cache_tokens: usize,
+    /// `cache_tokens` was written in the file (not the default).
+    pub cache_tokens_configured: bool,
     /// Most blocks one prompt contributes to the index.
     pub max_prompt_blocks: usize,
 }

@@ -190,6 +190,7 @@ fn endpoint(i: usize, raw: RawEndpoint) -> Result<EndpointConfig, ConfigError> {
                 id,
                 url,
                 cache_tokens: 0,
+                learn_cache_tokens: false,
             },
             cache_tokens,
         ));
@@ -200,6 +201,7 @@ fn endpoint(i: usize, raw: RawEndpoint) -> Result<EndpointConfig, ConfigError> {
         .into_iter()
         .map(|(mut ic, own)| {
             ic.cache_tokens = own.unwrap_or(routing.cache_tokens);
+            ic.learn_cache_tokens = own.is_none() && !routing.cache_tokens_configured;
             ic
         })
         .collect();
@@ -272,6 +274,7 @@ fn routing(at: &str, raw: RawRouting) -> Result<RoutingConfig, ConfigError> {
         block_chars: usize::try_from(block_chars).unwrap_or(usize::MAX),
         max_prompt_blocks: usize::try_from(max_blocks).unwrap_or(usize::MAX),
         cache_tokens: cache,
+        cache_tokens_configured: raw.cache_tokens.is_some(),
         strategy,
         strategy_as_written: raw.strategy,
         prefix_length: usize::try_from(prefix_length).unwrap_or(usize::MAX),
@@ -411,6 +414,20 @@ endpoints:
             assert_eq!((r.concurrency_threshold, r.block_chars), (256, 256));
             assert_eq!((r.cache_tokens, r.max_prompt_blocks), (384_000, 1024));
         }
+        // No cache_tokens anywhere: learned from the engine; written: kept.
+        let learn = |routing: &str, inst: &str| {
+            let y = OK.replace("8000\"", &format!("8000\"{inst}"));
+            Config::from_yaml(&format!(
+                "{y}    routing: {{ strategy: longest_prefix{routing} }}\n"
+            ))
+            .unwrap()
+            .endpoints[0]
+                .instances[0]
+                .learn_cache_tokens
+        };
+        assert!(learn("", ""));
+        assert!(!learn(", cache_tokens: 100000", ""));
+        assert!(!learn("", "\n        cache_tokens: 100000"));
         for s in ["PREFIX_AWARE", "prefix_aware", "prefix-aware"] {
             assert_eq!(
                 strategy(s).strategy,

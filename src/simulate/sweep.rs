@@ -165,7 +165,12 @@ pub fn sweep(
             ids: &ids,
             virtual_nodes: fleet.virtual_nodes,
             concurrency_threshold: s.concurrency_threshold.unwrap_or(usize::MAX),
-            balance_factor: fleet.balance_factor,
+            // longest_prefix runs under its own config default, as live.
+            balance_factor: if s.strategy.uses_index() {
+                Some(crate::config::DEFAULT_CACHE_AWARE_BALANCE_FACTOR)
+            } else {
+                fleet.balance_factor
+            },
             block_chars,
         });
         let window = match s.strategy {

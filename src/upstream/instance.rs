@@ -26,6 +26,10 @@ pub struct Instance {
     queued_prefill: AtomicU64,
     /// The block chains believed cached here (cache-aware strategies).
     pub index: BlockIndex,
+    /// KV capacity in tokens as the engine reported it (0: not learned).
+    learned_cache_tokens: AtomicUsize,
+    /// Failed attempts to learn it.
+    capacity_tries: AtomicU32,
     /// Milliseconds since [`epoch`] until which the instance is skipped.
     cooldown_until: AtomicU64,
     /// Set by health checks; starts healthy so a new fleet serves at once.
@@ -63,6 +67,8 @@ impl Instance {
             in_flight: AtomicUsize::new(0),
             queued_prefill: AtomicU64::new(0),
             index: BlockIndex::default(),
+            learned_cache_tokens: AtomicUsize::new(0),
+            capacity_tries: AtomicU32::new(0),
             cooldown_until: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
             failures: AtomicU32::new(0),
@@ -84,6 +90,26 @@ impl Instance {
     /// Estimated prefill tokens waiting here.
     pub fn queued_prefill(&self) -> u64 {
         self.queued_prefill.load(Ordering::Relaxed)
+    }
+
+    /// KV capacity in tokens reported by the engine, once learned.
+    pub fn learned_cache_tokens(&self) -> Option<usize> {
+        Some(self.learned_cache_tokens.load(Ordering::Relaxed)).filter(|&t| t > 0)
+    }
+
+    pub fn set_learned_cache_tokens(&self, tokens: usize) {
+        self.learned_cache_tokens.store(tokens, Ordering::Relaxed);
+    }
+
+    /// Not learned yet, and fewer than `max_tries` failed attempts.
+    pub fn capacity_wanted(&self, max_tries: u32) -> bool {
+        self.learned_cache_tokens().is_none()
+            && self.capacity_tries.load(Ordering::Relaxed) < max_tries
+    }
+
+    /// Count a failed attempt; returns how many there have been.
+    pub fn capacity_try_failed(&self) -> u32 {
+        self.capacity_tries.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Load as a policy sees it; `matched_blocks` is the caller's to fill in.

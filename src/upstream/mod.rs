@@ -3,6 +3,7 @@
 //! response body that releases its slot when it ends or is dropped ([`body`]).
 
 mod body;
+pub mod capacity;
 mod forward;
 mod headers;
 pub mod health;

@@ -284,3 +284,46 @@ async fn instances_that_answer_503_hold_nothing_afterwards() {
     assert_eq!(index_total(&v), 0, "{v}");
     assert_eq!(v["reason"], "cold", "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_capacity_is_learned_from_vllm_cache_config_info() {
+    // Two sims of different sizes; the config names no cache_tokens anywhere.
+    let mut sims = Vec::new();
+    for blocks in [1_000usize, 4_000] {
+        let cfg = kvgate_sim::SimConfig {
+            model: MODEL.into(),
+            cache_blocks: blocks,
+            time_scale: 0.0,
+            ..kvgate_sim::SimConfig::default()
+        };
+        sims.extend(kvgate_sim::spawn_fleet(&cfg, 1).await.unwrap());
+    }
+    let ids: Vec<(String, String)> = sims
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("s{i}"), s.url()))
+        .collect();
+    // Beside them, an engine whose /metrics has no such gauge.
+    let ups = upstreams(1, Mode::Json).await;
+    let mut all = ids.clone();
+    all.push(("fixed".into(), ups[0].url()));
+    let gw = Gateway::start(&yaml("learn", &all, &[], "")).await;
+    let capacity = |v: &Value, id: &str| num(v, id, "index_capacity_blocks");
+    let body = chat(&text(3, 100));
+    // 16-token blocks × N over 64-token index blocks (block_chars 256).
+    let mut last = Value::Null;
+    for _ in 0..500 {
+        last = explain(&gw, None, &body).await;
+        if capacity(&last, "s0") == 250 && capacity(&last, "s1") == 1_000 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        (capacity(&last, "s0"), capacity(&last, "s1")),
+        (250, 1_000),
+        "{last}"
+    );
+    // The plain upstream exports no gauge: the default 384,000 tokens stay.
+    assert_eq!(capacity(&last, "fixed"), 6_000, "{last}");
+}
