@@ -22,7 +22,7 @@ use lru::LruCache;
 
 /// Approximate heap bytes per entry: the LRU node (key, two links, allocator
 /// header) and its hash-table slot. `benches/routing.rs` measures the real figure.
-pub const ENTRY_BYTES: usize = 64;
+pub const ENTRY_BYTES: usize = 68;
 
 /// The blocks one instance holds, as far as the gateway knows.
 #[derive(Debug)]
