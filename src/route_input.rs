@@ -213,9 +213,22 @@ pub fn analyse(
     };
     let prompt_tokens = crate::routing::cost::tokens_of_chars(prompt_chars);
     let chain: Arc<[u64]> = if routing.strategy.uses_index() {
+        // vLLM keys its blocks by model (LoRA adapters too) and cache_salt as
+        // well as by tokens: two requests share cache only when both match.
+        // The client's salt counts where it reaches the engine: the gateway
+        // replaces it on OpenAI routes when isolation salting is on.
+        let replaced = api != Api::Native && runtime.config.tenancy.salt_secret.is_some();
+        let salt = (!replaced)
+            .then(|| value.get("cache_salt").and_then(Value::as_str))
+            .flatten()
+            .unwrap_or("");
+        let scope = format!(
+            "{partition}\u{0}{}\u{0}{salt}",
+            model.as_deref().unwrap_or("")
+        );
         kvgate_prefix::block_chain(
             tenant,
-            &partition,
+            &scope,
             &window,
             routing.block_chars,
             routing.max_prompt_blocks,

@@ -86,6 +86,9 @@ impl LlamaServer {
                 // Two slots of 4,096 tokens; no RAM prompt cache, so a miss
                 // is a miss (the slots' KV is the cache that counts).
                 .args(["-np", "2", "-c", "8192", "--cache-ram", "0"])
+                // No extra CPU buffer types: on AMX CPUs inside sandboxes that
+                // do not grant AMX state, llama.cpp's AMX kernels segfault at load.
+                .arg("--no-repack")
                 .args(["--no-webui", "--metrics", "-a", MODEL])
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())

@@ -128,8 +128,7 @@ impl RoutingConfig {
         if !self.strategy.uses_index() {
             return 0;
         }
-        let block_tokens = (self.block_chars / crate::routing::cost::CHARS_PER_TOKEN).max(1);
-        (cache_tokens / block_tokens).max(1)
+        (cache_tokens / crate::routing::cost::block_tokens(self.block_chars)).max(1)
     }
 }
 

@@ -17,10 +17,18 @@
 //! in the same unit and no rate needs configuring. A conversation's next turn
 //! therefore stays where its history is cached until that instance's queue is
 //! longer than the history would take to recompute elsewhere; a hot prefix
-//! spills onto a second instance exactly when waiting costs more than a cold
-//! prefill there — and that instance then holds it too, so hot prefixes
-//! replicate by themselves; a cold prefix costs the same everywhere but for
-//! load, and goes to the least-loaded instance.
+//! spills onto a second instance when waiting costs more than a cold prefill
+//! there — and that instance then holds it too; a cold prefix costs the same
+//! everywhere but for load, and goes to the least-loaded instance. The cost
+//! compares only this request's wait, though: a shared system prompt's holder
+//! stays cheaper for every new conversation long after it is overloaded, so the
+//! policy also caps load (see `longest.rs`), and that cap is what replicates
+//! such prefixes.
+//!
+//! Known approximation: the queued charge is given back at the response's first
+//! body byte. For a stream that is the first token; a non-streaming answer
+//! (the native Invoke default) sends its first byte at the end, so its charge
+//! also covers its decoding and such instances look busier than they are.
 //!
 //! The constants, in prefill tokens:
 //! - [`REQUEST_OVERHEAD`] 256: every queued request costs at least one engine
@@ -64,7 +72,7 @@ impl CostModel {
     /// A model for blocks of `block_chars` characters.
     pub fn for_block_chars(block_chars: usize) -> Self {
         Self {
-            block_tokens: (block_chars / CHARS_PER_TOKEN).max(1) as u64,
+            block_tokens: block_tokens(block_chars) as u64,
         }
     }
 
@@ -97,6 +105,11 @@ impl CostModel {
             .uncached_tokens
             .saturating_add(REQUEST_OVERHEAD)
     }
+}
+
+/// Tokens one index block of `block_chars` characters stands for (at least 1).
+pub fn block_tokens(block_chars: usize) -> usize {
+    (block_chars / CHARS_PER_TOKEN).max(1)
 }
 
 /// Estimated prompt tokens from characters of canonical prompt.

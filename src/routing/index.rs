@@ -36,16 +36,23 @@ struct Inner {
     lru: Option<LruCache<u64, ()>>,
     /// The block size the hashes were cut with; a change makes them meaningless.
     block_bytes: usize,
+    /// Inserts so far: a [`BlockIndex::forget`] is honoured only if no other
+    /// insert came after its own, since taking blocks back from under a later
+    /// request could break prefix closure (and remove what that request holds).
+    inserts: u64,
 }
 
 /// What an insert added, so a request that never reached the instance can be
 /// taken back out ([`BlockIndex::forget`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Inserted {
-    /// Chain blocks `[from..]` were new to the index.
+    /// Chain blocks `[from..to]` were new to the index.
     pub from: usize,
+    pub to: usize,
     /// Blocks the index holds after the insert.
     pub len: usize,
+    /// Which insert this was.
+    stamp: u64,
 }
 
 impl Default for BlockIndex {
@@ -61,6 +68,7 @@ impl BlockIndex {
             inner: Mutex::new(Inner {
                 lru: NonZeroUsize::new(capacity).map(LruCache::new),
                 block_bytes,
+                inserts: 0,
             }),
         }
     }
@@ -96,11 +104,10 @@ impl BlockIndex {
     /// it): touch every block, deepest first, evicting the least recent.
     pub fn insert(&self, chain: &[u64]) -> Inserted {
         let mut inner = self.lock();
+        inner.inserts += 1;
+        let stamp = inner.inserts;
         let Some(lru) = inner.lru.as_mut() else {
-            return Inserted {
-                from: chain.len(),
-                len: 0,
-            };
+            return Inserted::default();
         };
         let chain = &chain[..chain.len().min(lru.cap().get())];
         let from = matched_in(lru, chain);
@@ -109,16 +116,24 @@ impl BlockIndex {
         }
         Inserted {
             from,
+            to: chain.len(),
             len: lru.len(),
+            stamp,
         }
     }
 
     /// Take back what [`insert`](Self::insert) added for a request that never
-    /// reached the instance (connection refused, 502/503 before any work).
+    /// reached the instance (connection refused, 502/503, a 4xx), unless
+    /// another insert came since: then the blocks stay, over-counted until
+    /// the LRU ages them out, which is harmless.
     pub fn forget(&self, chain: &[u64], inserted: Inserted) {
         let mut inner = self.lock();
+        if inner.inserts != inserted.stamp {
+            return;
+        }
         if let Some(lru) = inner.lru.as_mut() {
-            for h in chain.iter().skip(inserted.from).rev() {
+            let added = chain.get(inserted.from..inserted.to).unwrap_or_default();
+            for h in added.iter().rev() {
                 lru.pop(h);
             }
         }
@@ -167,7 +182,8 @@ mod tests {
         idx.insert(&a[..6]);
         assert_eq!(idx.matched(&a), 6);
         assert_eq!(idx.matched(&chain(2, 10)), 0);
-        assert_eq!(idx.insert(&a), Inserted { from: 6, len: 10 });
+        let ins = idx.insert(&a);
+        assert_eq!((ins.from, ins.to, ins.len), (6, 10, 10));
         assert_eq!(idx.matched(&a), 10);
     }
 
@@ -197,6 +213,21 @@ mod tests {
     }
 
     #[test]
+    fn a_later_insert_makes_an_earlier_forget_a_no_op() {
+        let idx = BlockIndex::new(100, 256);
+        let c = chain(1, 8);
+        idx.insert(&c[..2]);
+        let a = idx.insert(&c[..6]);
+        idx.insert(&c); // another request extends the chain on the same instance
+        idx.forget(&c, a); // the first one's connection failed
+        assert_eq!(
+            idx.matched(&c),
+            8,
+            "closure kept, the later request's blocks kept"
+        );
+    }
+
+    #[test]
     fn configure_resizes_and_a_new_block_size_clears() {
         let idx = BlockIndex::new(100, 256);
         idx.insert(&chain(1, 50));
@@ -205,7 +236,7 @@ mod tests {
         idx.configure(20, 128);
         assert!(idx.is_empty());
         idx.configure(0, 128);
-        assert_eq!(idx.insert(&chain(1, 5)), Inserted { from: 5, len: 0 });
+        assert_eq!(idx.insert(&chain(1, 5)).len, 0);
         assert_eq!((idx.capacity(), idx.matched(&chain(1, 5))), (0, 0));
     }
 }

@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 
-use super::{BlockIndex, Inserted};
+use super::BlockIndex;
 
 /// The block size every index here is cut with (only a change of it matters).
 const BLOCK: usize = 256;
@@ -49,16 +49,14 @@ impl Model {
     }
 
     /// A chain longer than the cache keeps its head: only `cap` blocks are touched.
-    fn insert(&mut self, chain: &[u64]) -> Inserted {
+    /// `(from, len)`: where the new blocks start, and the size after.
+    fn insert(&mut self, chain: &[u64]) -> (usize, usize) {
         let chain = &chain[..chain.len().min(self.cap)];
         let from = self.matched(chain);
         for &h in chain.iter().rev() {
             self.touch(h);
         }
-        Inserted {
-            from,
-            len: self.lru.len(),
-        }
+        (from, self.lru.len())
     }
 
     fn forget(&mut self, chain: &[u64], from: usize) {
@@ -155,12 +153,13 @@ proptest! {
             match op {
                 Op::Insert(p) => {
                     let c = chain(p);
-                    prop_assert_eq!(idx.insert(&c), model.insert(&c), "insert at op {}", n);
+                    let ins = idx.insert(&c);
+                    prop_assert_eq!((ins.from, ins.len), model.insert(&c), "insert at op {}", n);
                 }
                 Op::InsertThenForget(p) => {
                     let c = chain(p);
                     let ins = idx.insert(&c);
-                    prop_assert_eq!(ins, model.insert(&c), "insert at op {}", n);
+                    prop_assert_eq!((ins.from, ins.len), model.insert(&c), "insert at op {}", n);
                     idx.forget(&c, ins);
                     model.forget(&c, ins.from);
                 }

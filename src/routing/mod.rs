@@ -33,10 +33,10 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    /// Accepts snake_case names and SageMaker's spellings (`PREFIX_AWARE`, …).
-    /// Case matters for one pair: SageMaker's `PREFIX_AWARE` / `prefix_aware`
-    /// is the hashing strategy, HyperPod's `prefixaware` (no underscore) its
-    /// longest-prefix routing.
+    /// Accepts snake_case names and SageMaker's spellings (`PREFIX_AWARE`, …),
+    /// in any case. The underscore matters for one pair: SageMaker's
+    /// `PREFIX_AWARE` / `prefix_aware` is the hashing strategy, HyperPod's
+    /// `prefixaware` (no underscore) its longest-prefix routing.
     pub fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().replace('-', "_").as_str() {
             "prefix_aware" => Some(Self::PrefixAware),

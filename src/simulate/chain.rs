@@ -93,7 +93,7 @@ impl Chains {
 /// Blocks the gateway's index holds for an instance of `cache_tokens` tokens:
 /// `RoutingConfig::index_blocks` (one block stands for `block_chars / 4` tokens).
 pub fn index_blocks(cache_tokens: usize, block_chars: usize) -> usize {
-    let block_tokens = (block_chars / crate::routing::cost::CHARS_PER_TOKEN).max(1);
+    let block_tokens = crate::routing::cost::block_tokens(block_chars);
     (cache_tokens / block_tokens).max(1)
 }
 

@@ -27,9 +27,9 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// Run until the state is dropped by everyone else.
 pub async fn run(state: std::sync::Weak<AppState>) {
     loop {
-        let Some(state) = state.upgrade() else { return };
-        let rt = state.runtime.load_full();
-        drop(state);
+        let Some(live) = state.upgrade() else { return };
+        let rt = live.runtime.load_full();
+        drop(live);
         let mut probes = Vec::new();
         for ep in &rt.endpoints {
             if !ep.config.routing.strategy.uses_index() {
@@ -37,7 +37,12 @@ pub async fn run(state: std::sync::Weak<AppState>) {
             }
             for (inst, ic) in ep.instances.iter().zip(&ep.config.instances) {
                 if ic.learn_cache_tokens && inst.capacity_wanted(MAX_TRIES) {
-                    probes.push(learn(Arc::clone(ep), Arc::clone(inst), rt.client.clone()));
+                    probes.push(learn(
+                        std::sync::Weak::clone(&state),
+                        Arc::clone(ep),
+                        Arc::clone(inst),
+                        rt.client.clone(),
+                    ));
                 }
             }
         }
@@ -46,16 +51,30 @@ pub async fn run(state: std::sync::Weak<AppState>) {
     }
 }
 
-async fn learn(ep: Arc<Endpoint>, inst: Arc<super::Instance>, client: reqwest::Client) {
+async fn learn(
+    state: std::sync::Weak<AppState>,
+    ep: Arc<Endpoint>,
+    inst: Arc<super::Instance>,
+    client: reqwest::Client,
+) {
     let url = format!("{}/metrics", inst.url);
-    let text = match tokio::time::timeout(TIMEOUT, client.get(url).send()).await {
-        Ok(Ok(r)) if r.status().is_success() => r.text().await.ok(),
-        _ => None,
+    let fetch = async {
+        let r = client.get(url).send().await.ok()?;
+        r.status().is_success().then_some(())?;
+        r.text().await.ok()
     };
+    // Headers and body under one deadline: a stalled /metrics must not hold up the others.
+    let text = tokio::time::timeout(TIMEOUT, fetch).await.ok().flatten();
     match text.as_deref().and_then(cache_tokens_of) {
         Some(tokens) => {
             inst.set_learned_cache_tokens(tokens);
-            let routing = &ep.config.routing;
+            // Sized by the settings in force now: a reload may have come
+            // during the probe (Runtime::build applies learned figures after).
+            let Some(live) = state.upgrade() else { return };
+            let rt = live.runtime.load_full();
+            let routing = &rt
+                .endpoint(ep.name())
+                .map_or(&ep.config.routing, |e| &e.config.routing);
             inst.index
                 .configure(routing.index_blocks(tokens), routing.block_chars);
             tracing::info!(endpoint = %ep.name(), instance = %inst.id, cache_tokens = tokens,

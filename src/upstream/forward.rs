@@ -77,16 +77,18 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
         };
         telemetry::routing_decision(ep.name(), &instance.id, outcome, routing_took);
         let load = loads.get(idx).copied().unwrap_or_default();
-        if ep.config.routing.strategy.uses_index() {
-            telemetry::matched_fraction(ep.name(), matched_fraction(ep, &request, &load));
-        }
+        let indexed = ep.config.routing.strategy.uses_index();
         let guard = instance.claim(ep.policy.queued_charge(&request, &load));
         // The instance will cache what it prefills; a request that never gets
-        // there is taken back out below.
-        let inserted = instance.index.insert(&f.input.chain);
-        if ep.config.routing.strategy.uses_index() {
+        // there, or that it refuses, is taken back out below.
+        let inserted = if indexed {
+            telemetry::matched_fraction(ep.name(), matched_fraction(ep, &request, &load));
+            let inserted = instance.index.insert(&f.input.chain);
             telemetry::index_size(ep.name(), &instance.id, inserted.len);
-        }
+            inserted
+        } else {
+            Default::default()
+        };
         let sent = Instant::now();
         let request = f
             .runtime
@@ -109,7 +111,9 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
                 ));
             }
             Ok(Err(e)) => {
-                take_back(ep, instance, &f.input.chain, inserted);
+                if indexed {
+                    take_back(ep, instance, &f.input.chain, inserted);
+                }
                 instance.connect_failed(server.failover_cooldown);
                 tracing::warn!(endpoint = %ep.name(), instance = %instance.id, error = %error_chain(&e), "upstream connection failed; trying the next instance");
                 telemetry::retry(ep.name(), &instance.id, "connect");
@@ -139,8 +143,9 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
             status,
             StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE
         );
-        if no_work {
-            // Overloaded or starting: it did no work, even when its answer is the client's.
+        if indexed && (no_work || status.is_client_error()) {
+            // Overloaded, starting, or refusing the request (context too long,
+            // rate limited): it cached nothing, even when its answer is the client's.
             take_back(ep, instance, &f.input.chain, inserted);
         }
         if no_work && attempt + 1 < count {
@@ -229,16 +234,14 @@ fn take_back(
     inserted: crate::routing::index::Inserted,
 ) {
     instance.index.forget(chain, inserted);
-    if ep.config.routing.strategy.uses_index() {
-        telemetry::index_size(ep.name(), &instance.id, instance.index.len());
-    }
+    telemetry::index_size(ep.name(), &instance.id, instance.index.len());
 }
 
 /// The share of the prompt the chosen instance is believed to hold.
 fn matched_fraction(ep: &crate::state::Endpoint, request: &Request, load: &Load) -> f64 {
-    let model = crate::routing::CostModel::for_block_chars(ep.config.routing.block_chars);
-    let cost = model.cost(request.prompt_tokens, load.matched_blocks, 0, 0);
-    cost.cached_tokens as f64 / request.prompt_tokens.max(1) as f64
+    let cost = ep.policy.costs(request, std::slice::from_ref(load));
+    let cached = cost.and_then(|c| c.first().map(|c| c.cached_tokens));
+    cached.unwrap_or(0) as f64 / request.prompt_tokens.max(1) as f64
 }
 
 /// reqwest's Display hides the cause ("error sending request"); show the chain.
