@@ -85,6 +85,15 @@ fn chat_body(bytes: usize) -> Vec<u8> {
         .unwrap()
 }
 
+/// The canonicalise layer's work for a chat body from tenant "tenant".
+fn analyse(
+    rt: &kvgate::Runtime,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> kvgate::route_input::Analysis {
+    kvgate::route_input::analyse(rt, Api::Chat, None, headers, body.clone(), "tenant").unwrap()
+}
+
 fn decision(c: &mut Criterion) {
     let yaml = r#"
 endpoints:
@@ -108,15 +117,7 @@ endpoints:
         g.throughput(Throughput::Bytes(body.len() as u64));
         g.bench_function(name, |b| {
             b.iter(|| {
-                let a = kvgate::route_input::analyse(
-                    &rt,
-                    Api::Chat,
-                    None,
-                    &headers,
-                    body.clone(),
-                    "tenant",
-                )
-                .unwrap();
+                let a = analyse(&rt, &headers, &body);
                 let ep = &a.input.endpoint;
                 let loads = ep.loads(&a.input.chain);
                 black_box(ep.policy.plan(&Request::with_key(a.input.key), &loads))
@@ -171,21 +172,11 @@ fn longest_prefix_decision(c: &mut Criterion) {
             None,
         )
         .unwrap();
-        let a =
-            kvgate::route_input::analyse(&rt, Api::Chat, None, &headers, body.clone(), "tenant")
-                .unwrap();
+        let a = analyse(&rt, &headers, &body);
         warm(&rt, 100_000, &a.input.chain);
         g.bench_function(BenchmarkId::from_parameter(format!("{n}_instances")), |b| {
             b.iter(|| {
-                let a = kvgate::route_input::analyse(
-                    &rt,
-                    Api::Chat,
-                    None,
-                    &headers,
-                    body.clone(),
-                    "tenant",
-                )
-                .unwrap();
+                let a = analyse(&rt, &headers, &body);
                 let ep = &a.input.endpoint;
                 let loads = ep.loads(&a.input.chain);
                 let req = Request {

@@ -186,14 +186,7 @@ async fn an_invalid_config_file_keeps_the_running_config() {
     std::fs::write(&path, config(MODEL, &[&a, &b], "prefix_aware", 10)).unwrap();
     kvgate::config::reload::reload_from(&path, &gw.state).unwrap();
     assert_eq!(gw.state.runtime.load().endpoints[0].instances.len(), 2);
-    let metrics = client()
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gw.metrics().await;
     assert!(
         metrics.contains("kvgate_config_reloads_total{result=\"error\"}"),
         "{metrics}"
@@ -282,14 +275,7 @@ async fn metrics_count_requests_decisions_and_cached_tokens() {
             .await
             .unwrap();
     }
-    let text = client()
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = gw.metrics().await;
     let line = |prefix: &str| {
         text.lines()
             .find(|l| l.starts_with(prefix))

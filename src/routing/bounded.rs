@@ -7,7 +7,7 @@
 //! instances (Mirrokni, Thorup, Zadimoghaddam, SODA 2018). The first available
 //! instance that is not full leads; when all are full, the least loaded does.
 
-use super::{Load, Plan, Policy, Reason, Request, Ring, available_first, balance_cap, lead_with};
+use super::{Load, Plan, Policy, Reason, Request, Ring, balance_cap, lead_with, ring_order};
 
 #[derive(Debug, Clone)]
 pub struct PrefixAware {
@@ -32,12 +32,7 @@ impl PrefixAware {
 
 impl Policy for PrefixAware {
     fn plan(&self, request: &Request, loads: &[Load]) -> Plan {
-        let mut order: Vec<usize> = self
-            .ring
-            .walk(request.key)
-            .filter(|&i| i < loads.len())
-            .collect();
-        available_first(&mut order, loads);
+        let mut order = ring_order(&self.ring, request.key, loads);
         let Some(&head) = order.first() else {
             return Plan {
                 order,

@@ -15,9 +15,7 @@
 //! The rest follow by cost as failover. When every instance is full the least
 //! costly one leads anyway (reason `fallback`). O(instances · log instances).
 
-use super::{
-    Cost, CostModel, Load, Plan, Policy, Reason, Request, Ring, available_first, balance_cap,
-};
+use super::{Cost, CostModel, Load, Plan, Policy, Reason, Request, Ring, balance_cap, ring_order};
 
 #[derive(Debug, Clone)]
 pub struct LongestPrefix {
@@ -54,12 +52,7 @@ impl LongestPrefix {
 
 impl Policy for LongestPrefix {
     fn plan(&self, request: &Request, loads: &[Load]) -> Plan {
-        let mut order: Vec<usize> = self
-            .ring
-            .walk(request.key)
-            .filter(|&i| i < loads.len())
-            .collect();
-        available_first(&mut order, loads);
+        let order = ring_order(&self.ring, request.key, loads);
         let up = order.iter().take_while(|&&i| loads[i].available).count();
         if up == 0 {
             return Plan {

@@ -239,6 +239,13 @@ fn lead_with(order: &mut [usize], first: usize) {
     }
 }
 
+/// The key's ring walk over the instances of `loads`, available ones first.
+fn ring_order(ring: &Ring, key: u64, loads: &[Load]) -> Vec<usize> {
+    let mut order: Vec<usize> = ring.walk(key).filter(|&i| i < loads.len()).collect();
+    available_first(&mut order, loads);
+    order
+}
+
 /// Available instances first (in the given order), unavailable ones last.
 fn available_first(order: &mut Vec<usize>, loads: &[Load]) {
     let (mut up, down): (Vec<usize>, Vec<usize>) = order

@@ -280,6 +280,18 @@ impl Gateway {
     }
 
     /// The live instances of the endpoint named `chat` (the one `config()` writes).
+    /// The gateway's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        client()
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn instances(&self) -> Vec<Arc<kvgate::upstream::Instance>> {
         let rt = self.state.runtime.load_full();
         rt.endpoint("chat").unwrap().instances.clone()

@@ -112,14 +112,7 @@ pub fn matched(v: &Value, id: &str) -> u64 {
 
 /// The sum of a metric's samples whose labels contain every one of `labels`.
 pub async fn metric(gw: &Gateway, name: &str, labels: &[&str]) -> f64 {
-    let text = client()
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = gw.metrics().await;
     text.lines()
         .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with('{')))
         .filter(|l| labels.iter().all(|s| l.contains(s)))
