@@ -177,3 +177,22 @@ impl IntoResponse for ApiError {
         resp
     }
 }
+
+/// A configuration error: which field, and why. Lives here, beside the API's
+/// error, so that every module that validates its own config section
+/// (`config`, `tenancy::settings`) can name it without importing the other.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct ConfigError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl ConfigError {
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}

@@ -3,7 +3,6 @@
 
 mod raw;
 pub mod reload;
-pub mod tenancy;
 mod validate;
 
 use std::net::SocketAddr;
@@ -12,7 +11,7 @@ use std::time::Duration;
 
 use crate::routing::Strategy;
 
-pub use tenancy::{AuthConfig, Limits, Secret, TenancyConfig, TenantsConfig};
+pub use crate::tenancy::settings::{AuthConfig, Limits, Secret, TenancyConfig, TenantsConfig};
 pub use validate::{
     ConfigError, DEFAULT_CACHE_AWARE_BALANCE_FACTOR, DEFAULT_CACHE_AWARE_THRESHOLD,
     DEFAULT_MAX_PROMPT_BLOCKS, DEFAULT_PREFIX_LENGTH,

@@ -12,11 +12,11 @@ pub struct RawConfig {
     pub server: RawServer,
     pub endpoints: Vec<RawEndpoint>,
     #[serde(default)]
-    pub auth: super::tenancy::RawAuth,
+    pub auth: crate::tenancy::settings::RawAuth,
     #[serde(default)]
-    pub tenants: super::tenancy::RawTenants,
+    pub tenants: crate::tenancy::settings::RawTenants,
     #[serde(default)]
-    pub isolation: super::tenancy::RawIsolation,
+    pub isolation: crate::tenancy::settings::RawIsolation,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -50,7 +50,7 @@ pub struct RawEndpoint {
     pub routing: RawRouting,
     pub health: Option<RawHealth>,
     /// Sent upstream as `Authorization: Bearer …` (e.g. vLLM's `--api-key`).
-    pub upstream_api_key: Option<super::tenancy::Secret>,
+    pub upstream_api_key: Option<crate::tenancy::settings::Secret>,
 }
 
 #[derive(Debug, Default, Deserialize)]

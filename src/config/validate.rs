@@ -11,22 +11,7 @@ use super::{
 };
 use crate::routing::Strategy;
 
-/// A configuration error: which field, and why.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct ConfigError {
-    pub field: String,
-    pub reason: String,
-}
-
-impl ConfigError {
-    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
+pub use crate::error::ConfigError;
 
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_PREFIX_LENGTH: u64 = 4096;
@@ -78,7 +63,12 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         }
         endpoints.push(ep);
     }
-    let tenancy = super::tenancy::validate(raw.auth, raw.tenants, raw.isolation, &endpoints)?;
+    let served: std::collections::HashSet<&str> = endpoints
+        .iter()
+        .flat_map(|e| e.models.iter().map(String::as_str))
+        .collect();
+    let tenancy =
+        crate::tenancy::settings::validate(raw.auth, raw.tenants, raw.isolation, &served)?;
     Ok(Config {
         server,
         endpoints,
@@ -211,7 +201,7 @@ fn endpoint(i: usize, raw: RawEndpoint) -> Result<EndpointConfig, ConfigError> {
         instances,
         routing,
         health,
-        upstream_authorization: super::tenancy::upstream_authorization(
+        upstream_authorization: crate::tenancy::settings::upstream_authorization(
             &at("upstream_api_key"),
             raw.upstream_api_key,
         )?,

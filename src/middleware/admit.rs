@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use crate::error::{ApiError, ErrorKind};
 use crate::route_input::RouteInput;
 use crate::state::Runtime;
-use crate::tenancy::Tenant;
+use crate::tenancy::{Ask, Tenant};
 
 pub async fn admit(mut req: Request, next: Next) -> Response {
     // Use the runtime canonicalise loaded, so one request sees one config.
@@ -27,10 +27,21 @@ pub async fn admit(mut req: Request, next: Next) -> Response {
         return ApiError::new(ErrorKind::Internal, "admission ran before canonicalise")
             .into_response();
     };
-    match runtime.tenancy.admit(&tenant, input) {
-        Ok(headers) => {
+    let ask = Ask {
+        api: input.api,
+        model: input.model.as_deref(),
+        endpoint_models: &input.endpoint.config.models,
+        body: &input.body,
+        has_cache_salt: input.has_cache_salt,
+    };
+    match runtime.tenancy.admit(&tenant, ask) {
+        Ok(admitted) => {
+            if let Some(body) = admitted.body {
+                input.body = body;
+            }
+            input.admission = Some(Arc::new(admitted.admission));
             let mut resp = next.run(req).await;
-            resp.headers_mut().extend(headers);
+            resp.headers_mut().extend(admitted.headers);
             resp
         }
         Err(e) => e.into_response(),

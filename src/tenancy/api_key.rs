@@ -13,8 +13,8 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use super::is_valid_tenant_id;
-use crate::config::ConfigError;
-use crate::config::tenancy::RawApiKey;
+use super::settings::RawApiKey;
+use crate::error::ConfigError;
 
 /// Digest → tenant.
 #[derive(Clone)]

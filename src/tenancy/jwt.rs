@@ -15,8 +15,8 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation, errors::ErrorKind as JwtE
 use serde_json::{Map, Value};
 
 use super::is_valid_tenant_id;
-use crate::config::ConfigError;
-use crate::config::tenancy::RawJwt;
+use super::settings::RawJwt;
+use crate::error::ConfigError;
 
 /// HMAC secrets shorter than the hash (RFC 7518 §3.2) are brute-forceable.
 const MIN_SECRET_BYTES: usize = 32;

@@ -12,15 +12,17 @@ mod bucket;
 pub mod jwt;
 pub mod quota;
 pub mod salt;
+pub mod settings;
 
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, HeaderValue, header};
 use kvgate_prefix::Api;
 
-use crate::config::{AuthConfig, TenancyConfig};
+use bytes::Bytes;
+use settings::{AuthConfig, TenancyConfig};
+
 use crate::error::{ApiError, ErrorKind};
-use crate::route_input::RouteInput;
 
 pub use quota::{Admission, Registry};
 
@@ -94,21 +96,17 @@ impl Tenancy {
     }
 
     /// Apply the tenant's model allow-list (403) and quotas (429); on success
-    /// salt the body for the upstream cache and attach the admission ticket
-    /// that the response body releases. Returns the `x-ratelimit-*` headers.
-    pub fn admit(
-        &self,
-        tenant: &Tenant,
-        input: &mut RouteInput,
-    ) -> Result<quota::RateHeaders, ApiError> {
+    /// salt the body for the upstream cache and issue the admission ticket
+    /// that the response body releases, with the `x-ratelimit-*` headers.
+    pub fn admit(&self, tenant: &Tenant, ask: Ask<'_>) -> Result<Admitted, ApiError> {
         let state = self.registry.get(&tenant.id, &self.config);
         if let Some(allowed) = &state.limits.models {
-            let ok = match (&input.api, &input.model) {
+            let ok = match (ask.api, ask.model) {
                 (Api::Chat | Api::Completions, Some(m)) => allowed.contains(m),
                 // A native call reaches every model of its endpoint: allow it
                 // only where all of them are allowed.
                 _ => {
-                    let models = &input.endpoint.config.models;
+                    let models = ask.endpoint_models;
                     !models.is_empty() && models.iter().all(|m| allowed.contains(m))
                 }
             };
@@ -120,19 +118,42 @@ impl Tenancy {
                 .with_param("model"));
             }
         }
-        let salted = match (&state.salt, input.api) {
+        let body = match (&state.salt, ask.api) {
             (Some(s), Api::Chat | Api::Completions) => {
-                Some(salt::apply(&input.body, s, input.has_cache_salt)?)
+                Some(salt::apply(ask.body, s, ask.has_cache_salt)?)
             }
             _ => None,
         };
-        let (admission, headers) = state.admit(quota::estimate_tokens(&input.body))?;
-        if let Some(body) = salted {
-            input.body = body;
-        }
-        input.admission = Some(Arc::new(admission));
-        Ok(headers)
+        let (admission, headers) = state.admit(quota::estimate_tokens(ask.body))?;
+        Ok(Admitted {
+            body,
+            admission,
+            headers,
+        })
     }
+}
+
+/// What admission needs to know of a parsed request.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    pub api: Api,
+    /// The body's `model` (OpenAI routes; optional on native ones).
+    pub model: Option<&'a str>,
+    /// Every model the request's endpoint serves (native calls reach them all).
+    pub endpoint_models: &'a [String],
+    pub body: &'a Bytes,
+    /// The body has a top-level `cache_salt` of its own (to be replaced).
+    pub has_cache_salt: bool,
+}
+
+/// An admitted request.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The body to forward instead, when the upstream cache salt was set.
+    pub body: Option<Bytes>,
+    /// Held by the response body until it ends: the concurrency slot and the token charge.
+    pub admission: Admission,
+    pub headers: quota::RateHeaders,
 }
 
 /// The token of a single `Authorization: Bearer …` header.

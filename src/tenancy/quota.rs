@@ -27,7 +27,7 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
 use super::bucket::TokenBucket;
-use crate::config::{Limits, TenancyConfig};
+use super::settings::{Limits, TenancyConfig};
 use crate::error::{ApiError, ErrorKind};
 
 type Rpm = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;

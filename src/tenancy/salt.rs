@@ -15,7 +15,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use hmac::{KeyInit, Mac};
 use serde_json::Value;
 
-use crate::config::Secret;
+use super::settings::Secret;
 use crate::error::{ApiError, ErrorKind};
 
 /// Domain separation: the salt key may be reused for other derivations later.

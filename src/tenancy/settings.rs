@@ -1,5 +1,6 @@
 //! The `auth`, `tenants` and `isolation` sections, and `endpoints[].upstream_api_key`:
-//! raw serde structs and their validation into [`TenancyConfig`].
+//! raw serde structs and their validation into [`TenancyConfig`]. Tenancy owns
+//! its section of the config: `config` calls in here, never the other way.
 //!
 //! ```yaml
 //! auth:
@@ -20,11 +21,10 @@ use std::sync::Arc;
 use axum::http::HeaderValue;
 use serde::Deserialize;
 
-use super::EndpointConfig;
-use super::validate::ConfigError;
-use crate::tenancy::api_key::ApiKeys;
-use crate::tenancy::is_valid_tenant_id;
-use crate::tenancy::jwt::JwtVerifier;
+use super::api_key::ApiKeys;
+use super::is_valid_tenant_id;
+use super::jwt::JwtVerifier;
+use crate::error::ConfigError;
 
 /// A configured secret, kept out of `Debug` output and so out of logs.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
@@ -154,11 +154,12 @@ impl TenantsConfig {
     }
 }
 
-pub(super) fn validate(
+/// Validate the sections; `served` are the models the endpoints serve.
+pub(crate) fn validate(
     auth: RawAuth,
     tenants: RawTenants,
     isolation: RawIsolation,
-    endpoints: &[EndpointConfig],
+    served: &HashSet<&str>,
 ) -> Result<TenancyConfig, ConfigError> {
     let mode = auth.mode.as_deref().unwrap_or("none");
     let auth = match mode {
@@ -188,12 +189,8 @@ pub(super) fn validate(
             ));
         }
     };
-    let served: HashSet<&str> = endpoints
-        .iter()
-        .flat_map(|e| e.models.iter().map(String::as_str))
-        .collect();
     let default_raw = tenants.default.unwrap_or_default();
-    let default = limits("tenants.default", &default_raw, &served)?;
+    let default = limits("tenants.default", &default_raw, served)?;
     let mut overrides = HashMap::with_capacity(tenants.overrides.len());
     for (id, raw) in tenants.overrides {
         let at = format!("tenants.overrides.{id}");
@@ -210,7 +207,7 @@ pub(super) fn validate(
             tokens_per_minute: raw.tokens_per_minute.or(default_raw.tokens_per_minute),
             models: raw.models.or_else(|| default_raw.models.clone()),
         };
-        overrides.insert(id, limits(&at, &merged, &served)?);
+        overrides.insert(id, limits(&at, &merged, served)?);
     }
     let salt_on = isolation
         .upstream_cache_salt
@@ -289,7 +286,7 @@ fn limits(at: &str, raw: &RawLimits, served: &HashSet<&str>) -> Result<Limits, C
 
 /// `endpoints[].upstream_api_key` as the `Authorization` header kvgate sends
 /// upstream, marked sensitive so it is never logged.
-pub(super) fn upstream_authorization(
+pub(crate) fn upstream_authorization(
     at: &str,
     key: Option<Secret>,
 ) -> Result<Option<HeaderValue>, ConfigError> {
