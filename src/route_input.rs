@@ -34,6 +34,8 @@ pub struct RouteInput {
     pub body: Bytes,
     /// The body has a top-level `cache_salt` of its own (to be replaced).
     pub has_cache_salt: bool,
+    /// The body is a JSON object (native bodies need not be).
+    pub is_object: bool,
     /// Set by the admission layer; held by the response body until it ends,
     /// which frees the tenant's concurrency slot and settles its tokens.
     pub admission: Option<Arc<crate::tenancy::Admission>>,
@@ -216,8 +218,8 @@ pub fn analyse(
         // vLLM keys its blocks by model (LoRA adapters too) and cache_salt as
         // well as by tokens: two requests share cache only when both match.
         // The client's salt counts where it reaches the engine: the gateway
-        // replaces it on OpenAI routes when isolation salting is on.
-        let replaced = api != Api::Native && runtime.config.tenancy.salt_secret.is_some();
+        // replaces it when isolation salting is on.
+        let replaced = runtime.config.tenancy.salt_secret.is_some();
         let salt = (!replaced)
             .then(|| value.get("cache_salt").and_then(Value::as_str))
             .flatten()
@@ -253,6 +255,7 @@ pub fn analyse(
             prompt_tokens,
             body,
             has_cache_salt,
+            is_object: value.is_object(),
             admission: None,
         },
         window,

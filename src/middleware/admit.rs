@@ -33,6 +33,7 @@ pub async fn admit(mut req: Request, next: Next) -> Response {
         endpoint_models: &input.endpoint.config.models,
         body: &input.body,
         has_cache_salt: input.has_cache_salt,
+        is_object: input.is_object,
     };
     match runtime.tenancy.admit(&tenant, ask) {
         Ok(admitted) => {

@@ -118,8 +118,11 @@ impl Tenancy {
                 .with_param("model"));
             }
         }
-        let body = match (&state.salt, ask.api) {
-            (Some(s), Api::Chat | Api::Completions) => {
+        // Every JSON object body gets the tenant's salt, native ones too: the
+        // Invoke route must not be a way to share or probe another's cache.
+        // A native body that is not an object has no member to carry one.
+        let body = match &state.salt {
+            Some(s) if ask.api != Api::Native || ask.is_object => {
                 Some(salt::apply(ask.body, s, ask.has_cache_salt)?)
             }
             _ => None,
@@ -144,6 +147,8 @@ pub struct Ask<'a> {
     pub body: &'a Bytes,
     /// The body has a top-level `cache_salt` of its own (to be replaced).
     pub has_cache_salt: bool,
+    /// The body is a JSON object (always, on OpenAI routes).
+    pub is_object: bool,
 }
 
 /// An admitted request.

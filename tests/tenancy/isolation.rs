@@ -1,7 +1,7 @@
 //! Tenants kept apart: identical prompts with an identical `prompt_cache_key`
 //! are placed independently per tenant and reach the upstream with different
 //! cache salts; a client cannot choose its salt; the salt is the only change
-//! made to a body, and native bodies are not touched.
+//! made to a body, on OpenAI and native routes alike.
 
 use std::collections::HashMap;
 
@@ -147,7 +147,7 @@ async fn a_client_supplied_cache_salt_is_replaced() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_salt_is_the_only_change_and_native_bodies_are_untouched() {
+async fn the_salt_is_the_only_change_on_every_api() {
     let up = Upstream::start("u0", Mode::Json).await;
     let gw = Gateway::start(&jwt_config(&[&up], "")).await;
     let a = hs256(&claims("tenant-a"));
@@ -160,6 +160,8 @@ async fn the_salt_is_the_only_change_and_native_bodies_are_untouched() {
             .status(),
         200
     );
+    // Native Invoke bodies are salted the same way: the SageMaker wire must
+    // not be a way around tenant isolation.
     let native = r#"{ "inputs": "x", "parameters": {"max_new_tokens": 1.0e1} }"#;
     assert_eq!(
         post(&gw, "/endpoints/chat/invocations", Some(&a), native)
@@ -167,14 +169,47 @@ async fn the_salt_is_the_only_change_and_native_bodies_are_untouched() {
             .status(),
         200
     );
+    // A native body that is not an object cannot carry a salt: untouched.
+    let array = r#"[{"inputs": "y"}]"#;
+    assert_eq!(
+        post(&gw, "/endpoints/chat/invocations", Some(&a), array)
+            .await
+            .status(),
+        200
+    );
     let seen = up.seen();
     let v: Value = serde_json::from_slice(&seen[0].body).unwrap();
+    let salt = salt_of(&v);
     let want = format!(
-        "  {{\"cache_salt\":\"{}\", \"model\" : \"{MODEL}\",\n \"prompt\": \"once upon\\u00e9\" , \"n\": 1.50 }}",
-        salt_of(&v)
+        "  {{\"cache_salt\":\"{salt}\", \"model\" : \"{MODEL}\",\n \"prompt\": \"once upon\\u00e9\" , \"n\": 1.50 }}"
     );
     assert_eq!(String::from_utf8_lossy(&seen[0].body), want);
-    assert_eq!(seen[1].body, native.as_bytes());
+    let want = format!(
+        "{{\"cache_salt\":\"{salt}\", \"inputs\": \"x\", \"parameters\": {{\"max_new_tokens\": 1.0e1}} }}"
+    );
+    assert_eq!(String::from_utf8_lossy(&seen[1].body), want);
+    assert_eq!(seen[2].body, array.as_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_client_cannot_send_another_tenants_salt() {
+    let up = Upstream::start("u0", Mode::Json).await;
+    let gw = Gateway::start(&jwt_config(&[&up], "")).await;
+    let (a, b) = (hs256(&claims("tenant-a")), hs256(&claims("tenant-b")));
+    let plain = r#"{"inputs": "probe"}"#;
+    post(&gw, "/endpoints/chat/invocations", Some(&a), plain).await;
+    let a_salt = salt_of(&serde_json::from_slice(&up.seen()[0].body).unwrap());
+    // Tenant b claims a's salt (and any other): replaced by b's own.
+    let forged = format!(r#"{{"inputs": "probe", "cache_salt": "{a_salt}"}}"#);
+    assert_eq!(
+        post(&gw, "/endpoints/chat/invocations", Some(&b), forged)
+            .await
+            .status(),
+        200
+    );
+    let v: Value = serde_json::from_slice(&up.seen()[1].body).unwrap();
+    assert_ne!(salt_of(&v), a_salt, "{v}");
+    assert_eq!(v["inputs"], "probe");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
