@@ -171,6 +171,11 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if self.kind == ErrorKind::GatewayTimeout {
+            // The upstream may still be generating: a client retry would run
+            // the same generation twice (the OpenAI SDK and botocore retry 504s).
+            h.insert("x-should-retry", HeaderValue::from_static("false"));
+        }
         for (k, v) in self.headers {
             h.insert(k, v);
         }

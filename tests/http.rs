@@ -329,6 +329,8 @@ async fn no_response_headers_in_time_is_a_504_and_the_upstream_is_released() {
     let gw = Gateway::start(&yaml).await;
     let resp = gw.chat(&chat_body(MODEL, "s", "q", false)).await;
     assert_eq!(resp.status(), 504);
+    // The generation may still run upstream: SDKs must not send it again.
+    assert_eq!(resp.headers()["x-should-retry"], "false");
     let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
     assert_eq!(v["error"]["code"], "upstream_timeout");
     eventually("upstream request closed", || up.cancelled() == 1).await;

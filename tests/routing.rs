@@ -363,3 +363,29 @@ async fn upstream_503_fails_over_but_last_answer_passes_through() {
         assert_eq!(served_by(&resp), "u1");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_never_answers_is_ejected_after_three_timeouts() {
+    let hung = Upstream::start("hung", Mode::Hold).await;
+    let ok = Upstream::start("ok", Mode::Json).await;
+    let yaml = config(MODEL, &[&hung, &ok], "round_robin", 10)
+        .replace("server:\n", "server:\n  timeouts: { first_byte_ms: 300 }\n");
+    let gw = Gateway::start(&yaml).await;
+    let mut statuses = Vec::new();
+    for q in 0..10 {
+        let resp = gw
+            .chat(&chat_body(MODEL, "s", &format!("q{q}"), false))
+            .await;
+        statuses.push(resp.status().as_u16());
+    }
+    // Round robin sends every other request to the hung instance until its
+    // third timeout in a row cools it down; after that only `ok` answers.
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 504).count(),
+        3,
+        "{statuses:?}"
+    );
+    assert!(statuses[6..].iter().all(|&s| s == 200), "{statuses:?}");
+    assert_eq!(hung.hits(), 3);
+    gw.drained().await;
+}

@@ -101,6 +101,9 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
             Err(_) => {
                 // The upstream may be working on it; a second copy elsewhere
                 // would double the GPU work. Answer 504 and let the drop abort it.
+                // A hung instance is a failing one: timeouts count toward passive
+                // ejection like 5xx answers, or it would keep drawing its share.
+                instance.server_error(server.failover_cooldown);
                 tracing::warn!(endpoint = %ep.name(), instance = %instance.id, "no response headers in time");
                 return Err(ApiError::new(
                     ErrorKind::GatewayTimeout,
