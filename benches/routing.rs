@@ -179,10 +179,7 @@ fn longest_prefix_decision(c: &mut Criterion) {
                 let a = analyse(&rt, &headers, &body);
                 let ep = &a.input.endpoint;
                 let loads = ep.loads(&a.input.chain);
-                let req = Request {
-                    key: a.input.key,
-                    prompt_tokens: a.input.prompt_tokens,
-                };
+                let req = a.input.routing_request();
                 let plan = ep.policy.plan(&req, &loads);
                 let chosen = &ep.instances[plan.order[0]];
                 black_box(chosen.index.insert(&a.input.chain))

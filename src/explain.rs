@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::error::{ApiError, ErrorKind};
 use crate::route_input::{analyse, api_label};
-use crate::routing::{Cost, Load, Reason, Request, Strategy};
+use crate::routing::{Cost, Load, Reason, Strategy};
 use crate::state::Endpoint;
 use crate::state::Runtime;
 
@@ -61,10 +61,7 @@ pub fn explain(
     let ep = &input.endpoint;
     let routing = &ep.config.routing;
     let ids: Vec<&str> = ep.instances.iter().map(|i| i.id.as_str()).collect();
-    let request = Request {
-        key: input.key,
-        prompt_tokens: input.prompt_tokens,
-    };
+    let request = input.routing_request();
     // The preference of an idle fleet holding what it holds now, and the choice now.
     let loads = ep.loads(&input.chain);
     let idle: Vec<Load> = loads

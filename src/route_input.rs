@@ -41,6 +41,16 @@ pub struct RouteInput {
     pub admission: Option<Arc<crate::tenancy::Admission>>,
 }
 
+impl RouteInput {
+    /// What a routing policy is told of this request.
+    pub fn routing_request(&self) -> crate::routing::Request {
+        crate::routing::Request {
+            key: self.key,
+            prompt_tokens: self.prompt_tokens,
+        }
+    }
+}
+
 /// A [`RouteInput`] plus the window it was keyed on (for `explain`).
 #[derive(Debug)]
 pub struct Analysis {

@@ -46,10 +46,7 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
     let server = &f.runtime.config.server;
     let started = Instant::now();
     let loads = ep.loads(&f.input.chain);
-    let request = Request {
-        key: f.input.key,
-        prompt_tokens: f.input.prompt_tokens,
-    };
+    let request = f.input.routing_request();
     let plan = ep.policy.plan(&request, &loads);
     let routing_took = started.elapsed();
 
