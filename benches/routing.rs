@@ -51,6 +51,7 @@ fn placement(c: &mut Criterion) {
             concurrency_threshold: 10,
             balance_factor: None,
             block_chars: 256,
+            block_size: 16,
         });
         // A busy fleet: a quarter of the instances at the threshold, so some keys overflow.
         let loads: Vec<Load> = (0..n)
@@ -119,7 +120,7 @@ endpoints:
             b.iter(|| {
                 let a = analyse(&rt, &headers, &body);
                 let ep = &a.input.endpoint;
-                let loads = ep.loads(&a.input.chain);
+                let (loads, _) = ep.view(&a.input);
                 black_box(ep.policy.plan(&Request::with_key(a.input.key), &loads))
             })
         });
@@ -178,7 +179,7 @@ fn longest_prefix_decision(c: &mut Criterion) {
             b.iter(|| {
                 let a = analyse(&rt, &headers, &body);
                 let ep = &a.input.endpoint;
-                let loads = ep.loads(&a.input.chain);
+                let (loads, _) = ep.view(&a.input);
                 let req = a.input.routing_request();
                 let plan = ep.policy.plan(&req, &loads);
                 let chosen = &ep.instances[plan.order[0]];

@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use kvgate_sim::{SimConfig, SimHandle, spawn_fleet};
+use kvgate_sim::{KvEventsConfig, SimConfig, SimHandle, spawn_fleet};
+use kvgate_tokenize::PromptTokenizer;
 
 use crate::routing::Strategy;
 use crate::state::AppState;
@@ -25,14 +26,38 @@ impl Default for DemoOptions {
         Self {
             instances: 4,
             time_scale: 1.0,
-            strategy: Strategy::LongestPrefix,
+            strategy: Strategy::KvAware,
         }
     }
 }
 
+/// SmolLM2's tokenizer and chat template (fixtures/smollm2): the demo's
+/// simulated instances and its gateway tokenize with the same one, as a real
+/// vLLM fleet and kvgate would with the served model's.
+const TOKENIZER_JSON: &[u8] = include_bytes!("../fixtures/smollm2/tokenizer.json");
+const TOKENIZER_CONFIG: &[u8] = include_bytes!("../fixtures/smollm2/tokenizer_config.json");
+
+/// Write the embedded tokenizer where the printed config can name it.
+fn demo_tokenizer() -> anyhow::Result<(std::path::PathBuf, Arc<PromptTokenizer>)> {
+    let dir = std::env::temp_dir().join(format!("kvgate-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("tokenizer.json");
+    std::fs::write(&path, TOKENIZER_JSON)?;
+    std::fs::write(dir.join("tokenizer_config.json"), TOKENIZER_CONFIG)?;
+    let tok = PromptTokenizer::from_json(TOKENIZER_JSON, Some(TOKENIZER_CONFIG))?;
+    Ok((path, Arc::new(tok)))
+}
+
 /// The routing block of the demo's config, and a one-line summary for the banner.
-fn routing_yaml(strategy: Strategy, sim: &SimConfig) -> (String, String) {
+fn routing_yaml(strategy: Strategy, sim: &SimConfig, tokenizer: &str) -> (String, String) {
     match strategy {
+        Strategy::KvAware => (
+            format!(
+                "      strategy: kv_aware\n      block_size: {}\n      tokenizer: \"{tokenizer}\"\n",
+                sim.block_size
+            ),
+            "kv_aware (each instance's KV events, SmolLM2's tokenizer)".to_owned(),
+        ),
         Strategy::LongestPrefix => {
             let cache = sim.cache_blocks * sim.block_size;
             (
@@ -65,17 +90,32 @@ pub struct Demo {
 
 /// Start the simulated instances and build the gateway's config over them.
 pub async fn start_fleet(opts: &DemoOptions, listen: SocketAddr) -> anyhow::Result<Demo> {
+    let kv = opts.strategy.uses_events();
+    let (tokenizer_path, tokenizer) = if kv {
+        let (p, t) = demo_tokenizer()?;
+        (p.display().to_string(), Some(t))
+    } else {
+        (String::new(), None)
+    };
     let sim = SimConfig {
         time_scale: opts.time_scale,
+        kv_events: kv.then(KvEventsConfig::default),
+        tokenizer,
         ..SimConfig::llama70b_h100_tp4()
     };
     let model = sim.model.clone();
     let fleet = spawn_fleet(&sim, opts.instances.max(1)).await?;
     let instances: String = fleet
         .iter()
-        .map(|h| format!("      - url: \"{}\"\n", h.url()))
+        .map(|h| match (h.kv_events_endpoint(), h.kv_replay_endpoint()) {
+            (Some(ev), Some(rp)) => format!(
+                "      - url: \"{}\"\n        kv_events: \"{ev}\"\n        kv_replay: \"{rp}\"\n",
+                h.url()
+            ),
+            _ => format!("      - url: \"{}\"\n", h.url()),
+        })
         .collect();
-    let (routing, _) = routing_yaml(opts.strategy, &sim);
+    let (routing, summary) = routing_yaml(opts.strategy, &sim, &tokenizer_path);
     let config_yaml = format!(
         r#"server:
   listen: "{listen}"
@@ -95,7 +135,7 @@ endpoints:
         config_yaml,
         state,
         fleet,
-        routing: routing_yaml(opts.strategy, &sim).1,
+        routing: summary,
     })
 }
 

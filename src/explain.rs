@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use crate::error::{ApiError, ErrorKind};
 use crate::route_input::{analyse, api_label};
 use crate::routing::{Cost, Load, Reason, Strategy};
-use crate::state::Endpoint;
 use crate::state::Runtime;
+use crate::state::{Endpoint, Seen};
 
 const EXCERPT_CHARS: usize = 60;
 
@@ -63,7 +63,7 @@ pub fn explain(
     let ids: Vec<&str> = ep.instances.iter().map(|i| i.id.as_str()).collect();
     let request = input.routing_request();
     // The preference of an idle fleet holding what it holds now, and the choice now.
-    let loads = ep.loads(&input.chain);
+    let (loads, seen) = ep.view(input);
     let idle: Vec<Load> = loads
         .iter()
         .map(|l| Load {
@@ -119,10 +119,12 @@ pub fn explain(
         "key": format!("{:016x}", input.key),
         "prompt_tokens_estimate": input.prompt_tokens,
         "chain_blocks": input.chain.len(),
+        "prompt_tokens": input.kv.as_ref().map(|k| k.tokens),
+        "engine_blocks": input.kv.as_ref().map(|k| k.keys.len()),
         "strategy": routing.strategy.as_str(),
         "concurrency_threshold": routing.concurrency_threshold,
         "preference_order": preference.order.iter().map(name).collect::<Vec<_>>(),
-        "instances": instances_view(ep, &loads, costs.as_deref()),
+        "instances": instances_view(ep, &loads, &seen, costs.as_deref()),
         "chosen": now.order.first().map(name),
         "reason": now.reason.as_str(),
         "why": why(now.reason, routing.strategy),
@@ -131,7 +133,13 @@ pub fn explain(
 }
 
 /// Per instance: load, and for cost-weighing strategies what it holds and what it would cost.
-fn instances_view(ep: &Endpoint, loads: &[Load], costs: Option<&[Cost]>) -> Vec<Value> {
+fn instances_view(
+    ep: &Endpoint,
+    loads: &[Load],
+    seen: &[Seen],
+    costs: Option<&[Cost]>,
+) -> Vec<Value> {
+    let kv_aware = ep.config.routing.strategy.uses_events();
     ep.instances
         .iter()
         .zip(loads)
@@ -147,6 +155,44 @@ fn instances_view(ep: &Endpoint, loads: &[Load], costs: Option<&[Cost]>) -> Vec<
                 v["cost"] = json!(c.total);
                 v["index_blocks"] = json!(i.index.len());
                 v["index_capacity_blocks"] = json!(i.index.capacity());
+            }
+            if kv_aware && let Some(s) = seen.get(n) {
+                v["source"] = json!(if s.from_events {
+                    "events"
+                } else {
+                    "approximate"
+                });
+                let feed = i.kv_feed();
+                v["kv_events"] = match (s.trust, feed) {
+                    (Some(t), Some(sub)) => {
+                        let age = match t {
+                            crate::kv_events::Trust::Live { age } => {
+                                age.map(|a| a.as_millis() as u64)
+                            }
+                            _ => None,
+                        };
+                        let c = &sub.feed.counters;
+                        let n = |a: &std::sync::atomic::AtomicU64| {
+                            a.load(std::sync::atomic::Ordering::Relaxed)
+                        };
+                        json!({
+                            "state": t.as_str(),
+                            "last_batch_ms_ago": age,
+                            "held_blocks": sub.feed.held_blocks(),
+                            "batches": n(&c.batches),
+                            "applied": n(&c.applied),
+                            "dropped": n(&c.dropped),
+                            "gaps": n(&c.gaps),
+                            "replays": n(&c.replays),
+                            "resets": n(&c.resets),
+                        })
+                    }
+                    _ => json!({"state": "not_configured"}),
+                };
+                if s.from_events {
+                    v["held_prefix_blocks"] = json!(s.held_blocks);
+                    v["held_prefix_gpu_blocks"] = json!(s.gpu_blocks);
+                }
             }
             v
         })
@@ -169,7 +215,7 @@ fn why(reason: Reason, strategy: Strategy) -> &'static str {
         (Reason::Overflow, _) => {
             "the key's earlier ring instances are full: the next one under its limits"
         }
-        (Reason::Fallback, Strategy::LongestPrefix) => {
+        (Reason::Fallback, Strategy::LongestPrefix | Strategy::KvAware) => {
             "every instance is at its limit (concurrency_threshold, or the balance cap + 1): the least costly"
         }
         (Reason::Fallback, _) => "every instance is full: the least loaded",

@@ -18,6 +18,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod explain;
+pub mod kv_events;
 pub mod middleware;
 pub mod route_input;
 pub mod routing;

@@ -40,8 +40,9 @@ enum Command {
         /// Simulated time per real time: 1.0 real time, 0.1 ten times faster.
         #[arg(long, default_value_t = 1.0)]
         time_scale: f64,
-        /// Routing strategy: longest_prefix, prefix_aware, least_outstanding_requests, random, round_robin.
-        #[arg(long, default_value = "longest_prefix")]
+        /// Routing strategy: kv_aware (the simulated instances publish KV events),
+        /// longest_prefix, prefix_aware, least_outstanding_requests, random, round_robin.
+        #[arg(long, default_value = "kv_aware")]
         strategy: kvgate::routing::Strategy,
     },
     /// GET a URL and exit 0 on a 2xx (the container's HEALTHCHECK; the image has no curl).
@@ -118,6 +119,24 @@ fn main() -> ExitCode {
                         r.strategy.as_str(),
                         r.strategy.describe()
                     );
+                    if let Some(kv) = &r.kv {
+                        let following = ep
+                            .instances
+                            .iter()
+                            .filter(|i| i.kv_events.is_some())
+                            .count();
+                        println!(
+                            "    tokenizer {}{}, block_size {}; {following} of {} instances publish KV events (the rest: approximate index)",
+                            kv.tokenizer.name(),
+                            if kv.tokenizer.has_chat_template() {
+                                " with its chat template"
+                            } else {
+                                " (no chat template: chat requests use the approximate index)"
+                            },
+                            kv.block_size,
+                            ep.instances.len(),
+                        );
+                    }
                 }
                 ExitCode::SUCCESS
             }

@@ -11,6 +11,9 @@ use arc_swap::ArcSwap;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::config::{Config, EndpointConfig};
+use crate::kv_events::{Feed, Subscription, Trust};
+use crate::route_input::RouteInput;
+use crate::routing::held::TierWeights;
 use crate::routing::{self, Load, Policy, PolicySpec};
 use crate::upstream::Instance;
 
@@ -20,6 +23,20 @@ pub struct Endpoint {
     pub config: EndpointConfig,
     pub instances: Vec<Arc<Instance>>,
     pub policy: Box<dyn Policy>,
+    /// The shared KV tier's subscription (`kv_aware` with `shared_tier`).
+    pub shared_tier: Option<Arc<Subscription>>,
+}
+
+/// Where one instance's matched blocks came from, for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Seen {
+    /// Its KV-event feed's state; `None` when it has none.
+    pub trust: Option<Trust>,
+    /// The figures are from events (else the approximate index).
+    pub from_events: bool,
+    /// Leading blocks held in any tier, and on the GPU (events only).
+    pub held_blocks: usize,
+    pub gpu_blocks: usize,
 }
 
 impl Endpoint {
@@ -27,17 +44,70 @@ impl Endpoint {
         &self.config.name
     }
 
-    /// Every instance's load for a request with this block chain; the index
-    /// lookups happen only for strategies that use them.
-    pub fn loads(&self, chain: &[u64]) -> Vec<Load> {
-        let lookup = self.config.routing.strategy.uses_index() && !chain.is_empty();
-        self.instances
-            .iter()
-            .map(|i| Load {
-                matched_blocks: if lookup { i.index.matched(chain) } else { 0 },
-                ..i.load()
-            })
-            .collect()
+    /// Every instance's load for a request, and where its matched blocks
+    /// came from. Index lookups happen only for strategies that use them.
+    /// Under `kv_aware`, an instance whose events are live is looked up by
+    /// the request's token keys; the others fall back to the approximate
+    /// index, its blocks converted to engine blocks.
+    pub fn view(&self, input: &RouteInput) -> (Vec<Load>, Vec<Seen>) {
+        let routing = &self.config.routing;
+        let lookup = routing.strategy.uses_index() && !input.chain.is_empty();
+        let kv = routing
+            .kv
+            .as_ref()
+            .filter(|_| routing.strategy.uses_events());
+        let now = std::time::Instant::now();
+        let shared: Option<&Feed> = self
+            .shared_tier
+            .as_deref()
+            .map(|s| &*s.feed)
+            .filter(|f| f.trust(now).is_live());
+        let mut loads = Vec::with_capacity(self.instances.len());
+        let mut seen = Vec::with_capacity(self.instances.len());
+        for inst in &self.instances {
+            let approx = if lookup {
+                inst.index.matched(&input.chain)
+            } else {
+                0
+            };
+            let (matched, s) = match kv {
+                None => (approx, Seen::default()),
+                Some(kv) => {
+                    let sub = inst.kv_feed();
+                    let trust = sub.as_ref().map(|s| s.feed.trust(now));
+                    match (sub, &input.kv) {
+                        (Some(sub), Some(prompt)) if trust.is_some_and(Trust::is_live) => {
+                            let w = TierWeights {
+                                cpu: kv.cpu_weight,
+                                l2: kv.shared.as_ref().map_or(0.0, |t| t.weight),
+                            };
+                            let held = sub.feed.matched(&prompt.keys, shared, w);
+                            let s = Seen {
+                                trust,
+                                from_events: true,
+                                held_blocks: held.blocks,
+                                gpu_blocks: held.gpu_blocks,
+                            };
+                            (held.weighted.floor() as usize, s)
+                        }
+                        _ => {
+                            let tokens = approx * routing::cost::block_tokens(routing.block_chars);
+                            let s = Seen {
+                                trust,
+                                ..Seen::default()
+                            };
+                            (tokens / kv.block_size.max(1), s)
+                        }
+                    }
+                }
+            };
+            loads.push(Load {
+                matched_blocks: matched,
+                ..inst.load()
+            });
+            seen.push(s);
+        }
+        (loads, seen)
     }
 }
 
@@ -103,11 +173,34 @@ impl Runtime {
                 concurrency_threshold: ec.routing.concurrency_threshold,
                 balance_factor: ec.routing.balance_factor,
                 block_chars: ec.routing.block_chars,
+                block_size: ec.routing.kv.as_ref().map_or(16, |k| k.block_size),
             });
+            if let Some(kv) = ec
+                .routing
+                .kv
+                .as_ref()
+                .filter(|_| ec.routing.strategy.uses_events())
+            {
+                for (inst, ic) in instances.iter().zip(&ec.instances) {
+                    let capacity = ic.cache_tokens / kv.block_size.max(1);
+                    inst.follow_kv_events(
+                        ic.kv_events.as_deref(),
+                        ic.kv_replay.as_deref(),
+                        kv.silence,
+                        held_limit(capacity),
+                    );
+                }
+            } else {
+                for inst in &instances {
+                    inst.follow_kv_events(None, None, std::time::Duration::ZERO, 0);
+                }
+            }
+            let shared_tier = shared_tier(ec, old.map(|o| o.as_ref()));
             let ep = Arc::new(Endpoint {
                 config: ec.clone(),
                 instances,
                 policy,
+                shared_tier,
             });
             for m in &ec.models {
                 by_model.insert(m.clone(), Arc::clone(&ep));
@@ -141,6 +234,36 @@ impl Runtime {
             .iter()
             .flat_map(|e| e.config.models.iter().map(move |m| (m.as_str(), e.name())))
     }
+}
+
+/// Most engine blocks one feed keeps: generous over what the instance can
+/// hold (CPU offload tiers are larger than the GPU's), but bounded.
+fn held_limit(gpu_blocks: usize) -> usize {
+    gpu_blocks.saturating_mul(16).max(1 << 16)
+}
+
+/// The endpoint's shared-tier subscription: the previous one when it follows
+/// the same sockets, a new one otherwise.
+fn shared_tier(ec: &EndpointConfig, old: Option<&Endpoint>) -> Option<Arc<Subscription>> {
+    let kv = ec
+        .routing
+        .kv
+        .as_ref()
+        .filter(|_| ec.routing.strategy.uses_events())?;
+    let tier = kv.shared.as_ref()?;
+    let kept = old
+        .and_then(|o| o.shared_tier.clone())
+        .filter(|s| s.feed.events_url == tier.kv_events && s.feed.replay_url == tier.kv_replay);
+    kept.or_else(|| {
+        Subscription::start(Feed::new(
+            (&ec.name, "shared_tier"),
+            &tier.kv_events,
+            tier.kv_replay.as_deref(),
+            kv.silence,
+            held_limit(ec.routing.cache_tokens / kv.block_size.max(1)),
+        ))
+        .map(Arc::new)
+    })
 }
 
 /// Shared by every request.

@@ -26,6 +26,14 @@ pub const CONFIG_RELOADS: &str = "kvgate_config_reloads_total";
 pub const MATCHED_FRACTION: &str = "kvgate_routing_matched_prefix_ratio";
 pub const INDEX_BLOCKS: &str = "kvgate_index_blocks";
 pub const INDEX_BYTES: &str = "kvgate_index_bytes";
+pub const KV_EVENTS_APPLIED: &str = "kvgate_kv_events_applied_total";
+pub const KV_EVENTS_DROPPED: &str = "kvgate_kv_events_dropped_total";
+pub const KV_SEQUENCE: &str = "kvgate_kv_event_sequence_total";
+pub const KV_HELD_BLOCKS: &str = "kvgate_kv_held_blocks";
+pub const KV_FALLBACK: &str = "kvgate_kv_fallback_total";
+pub const KV_FALLBACK_INSTANCES: &str = "kvgate_kv_fallback_instances";
+pub const KV_UNTOKENIZED: &str = "kvgate_kv_untokenized_total";
+pub const WARMUP: &str = "kvgate_warmup_requests_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -133,4 +141,51 @@ pub fn index_size(endpoint: &str, instance: &str, blocks: usize) {
 
 pub fn config_reload(ok: bool) {
     counter!(CONFIG_RELOADS, "result" => if ok { "ok" } else { "error" }).increment(1);
+}
+
+/// KV events of one batch, applied and dropped (blocks; dropped also counts
+/// undecodable messages and unknown events).
+pub fn kv_events(endpoint: &str, instance: &str, applied: u64, dropped: u64) {
+    let labels = [
+        ("endpoint", endpoint.to_owned()),
+        ("instance", instance.to_owned()),
+    ];
+    counter!(KV_EVENTS_APPLIED, &labels).increment(applied);
+    counter!(KV_EVENTS_DROPPED, &labels).increment(dropped);
+}
+
+/// A sequence gap (`what` = "gap"), a replay that filled one ("replay"), or an
+/// index reset ("reset": restart, AllBlocksCleared, unfillable gap).
+pub fn kv_sequence(endpoint: &str, instance: &str, what: &'static str) {
+    counter!(KV_SEQUENCE, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned(), "event" => what)
+        .increment(1);
+}
+
+/// Blocks an instance's events say it holds.
+pub fn kv_held(endpoint: &str, instance: &str, blocks: usize) {
+    gauge!(KV_HELD_BLOCKS, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+        .set(blocks as f64);
+}
+
+/// A `kv_aware` decision used the approximate index for this instance, and why
+/// (`disconnected`, `silent`, `not_configured`, `untokenized`).
+pub fn kv_fallback(endpoint: &str, instance: &str, why: &'static str) {
+    counter!(KV_FALLBACK, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned(), "reason" => why)
+        .increment(1);
+}
+
+/// Instances of an endpoint whose events were not usable at the last decision.
+pub fn kv_fallback_instances(endpoint: &str, n: usize) {
+    gauge!(KV_FALLBACK_INSTANCES, "endpoint" => endpoint.to_owned()).set(n as f64);
+}
+
+/// A `kv_aware` prompt the tokenizer could not take (routed approximately).
+pub fn kv_untokenized() {
+    counter!(KV_UNTOKENIZED).increment(1);
+}
+
+/// Warm-up requests sent to a joining instance, by `result` (`ok`, `error`).
+pub fn warmup(endpoint: &str, instance: &str, result: &'static str) {
+    counter!(WARMUP, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned(), "result" => result)
+        .increment(1);
 }

@@ -14,6 +14,12 @@ mod common;
 mod cache_aware;
 #[path = "routing/cache_index.rs"]
 mod cache_index;
+#[path = "routing/kv_aware.rs"]
+mod kv_aware;
+#[path = "routing/kv_frames.rs"]
+mod kv_frames;
+#[path = "routing/kv_sim.rs"]
+mod kv_sim;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;

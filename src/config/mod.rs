@@ -1,6 +1,7 @@
 //! Configuration: the YAML file ([`raw`]), its validation into runtime types
 //! ([`validate`]), and loading from disk.
 
+pub mod kv_aware;
 mod raw;
 pub mod reload;
 mod validate;
@@ -88,6 +89,9 @@ pub struct InstanceConfig {
     /// Neither the instance nor its endpoint sets `cache_tokens`: learn it from
     /// the engine's `vllm:cache_config_info` (see `upstream::capacity`).
     pub learn_cache_tokens: bool,
+    /// Its KV-event publisher and replay socket (`kv_aware`).
+    pub kv_events: Option<String>,
+    pub kv_replay: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +112,10 @@ pub struct RoutingConfig {
     pub cache_tokens_configured: bool,
     /// Most blocks one prompt contributes to the index.
     pub max_prompt_blocks: usize,
+    /// The `kv_aware` settings (that strategy only).
+    pub kv: Option<kv_aware::KvAwareConfig>,
+    /// Warming instances that join (cache-aware strategies).
+    pub warmup: Option<kv_aware::WarmupConfig>,
 }
 
 impl RoutingConfig {

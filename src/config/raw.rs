@@ -71,6 +71,10 @@ pub struct RawInstance {
     pub id: Option<String>,
     /// This instance's KV capacity in tokens, over the endpoint's `cache_tokens`.
     pub cache_tokens: Option<u64>,
+    /// Its vLLM KV-event publisher, e.g. `tcp://10.0.0.11:5557` (`kv_aware`).
+    pub kv_events: Option<String>,
+    /// Its replay socket, e.g. `tcp://10.0.0.11:5558`.
+    pub kv_replay: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -85,4 +89,40 @@ pub struct RawRouting {
     pub block_chars: Option<u64>,
     pub cache_tokens: Option<u64>,
     pub max_prompt_blocks: Option<u64>,
+    /// `kv_aware`: vLLM's `--block-size`.
+    pub block_size: Option<u64>,
+    /// `kv_aware`: a tokenizer.json path or `tiktoken:<encoding>`.
+    pub tokenizer: Option<String>,
+    /// `kv_aware`: a Jinja chat template file, over tokenizer_config.json's.
+    pub chat_template: Option<String>,
+    /// `kv_aware`: what a CPU-offloaded block counts for, against a GPU one.
+    pub cpu_tier_weight: Option<f64>,
+    /// `kv_aware`: a KV tier every instance reaches (LMCache server, Mooncake store).
+    pub shared_tier: Option<RawSharedTier>,
+    /// `kv_aware`: publisher port on each instance's host, for instances
+    /// without `kv_events` (discovered ones).
+    pub kv_events_port: Option<u16>,
+    pub kv_replay_port: Option<u16>,
+    /// `kv_aware`: how long a request may go unanswered by events before the
+    /// instance falls back to the approximate index.
+    pub kv_events_silence_ms: Option<u64>,
+    /// `kv_aware`/`longest_prefix`: warm instances that join with the hottest prefixes.
+    pub warmup: Option<RawWarmup>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSharedTier {
+    pub kv_events: String,
+    pub kv_replay: Option<String>,
+    pub weight: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWarmup {
+    /// Hottest prefixes sent to a joining instance (0 turns warm-up off).
+    pub prefixes: Option<u64>,
+    /// Longest the warm-up may take before the instance takes traffic anyway.
+    pub timeout_ms: Option<u64>,
 }

@@ -181,20 +181,31 @@ fn endpoint(i: usize, raw: RawEndpoint) -> Result<EndpointConfig, ConfigError> {
                 url,
                 cache_tokens: 0,
                 learn_cache_tokens: false,
+                kv_events: None,
+                kv_replay: None,
             },
             cache_tokens,
+            (inst.kv_events, inst.kv_replay),
         ));
     }
     let health = raw.health.map(|h| health(&at("health"), h)).transpose()?;
     let routing = routing(&at("routing"), raw.routing)?;
     let instances = instances
         .into_iter()
-        .map(|(mut ic, own)| {
+        .enumerate()
+        .map(|(j, (mut ic, own, (events, replay)))| {
             ic.cache_tokens = own.unwrap_or(routing.cache_tokens);
             ic.learn_cache_tokens = own.is_none() && !routing.cache_tokens_configured;
-            ic
+            super::kv_aware::instance_sockets(
+                &at(&format!("instances[{j}]")),
+                &mut ic,
+                events.as_deref(),
+                replay.as_deref(),
+                routing.kv.as_ref(),
+            )?;
+            Ok(ic)
         })
-        .collect();
+        .collect::<Result<Vec<_>, ConfigError>>()?;
     Ok(EndpointConfig {
         name: raw.name,
         models: raw.models,
@@ -215,10 +226,12 @@ fn routing(at: &str, raw: RawRouting) -> Result<RoutingConfig, ConfigError> {
         Some(s) => Strategy::parse(s).ok_or_else(|| {
             ConfigError::new(
                 f("strategy"),
-                format!("{s:?} is not one of prefix_aware, longest_prefix, least_outstanding_requests, random, round_robin"),
+                format!("{s:?} is not one of prefix_aware, longest_prefix, kv_aware, least_outstanding_requests, random, round_robin"),
             )
         })?,
     };
+    let kv = super::kv_aware::kv_aware(at, strategy.uses_events(), &raw)?;
+    let warmup = super::kv_aware::warmup(at, raw.warmup.as_ref())?;
     let prefix_length = raw.prefix_length.unwrap_or(DEFAULT_PREFIX_LENGTH);
     in_range(&f("prefix_length"), prefix_length, 1024, 65536)?;
     let threshold = raw
@@ -261,6 +274,8 @@ fn routing(at: &str, raw: RawRouting) -> Result<RoutingConfig, ConfigError> {
         raw.cache_tokens.unwrap_or(DEFAULT_CACHE_TOKENS),
     )?;
     Ok(RoutingConfig {
+        kv,
+        warmup,
         block_chars: usize::try_from(block_chars).unwrap_or(usize::MAX),
         max_prompt_blocks: usize::try_from(max_blocks).unwrap_or(usize::MAX),
         cache_tokens: cache,

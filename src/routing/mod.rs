@@ -8,6 +8,7 @@
 
 mod bounded;
 pub mod cost;
+pub mod held;
 pub mod index;
 mod longest;
 pub mod ring;
@@ -27,6 +28,9 @@ pub enum Strategy {
     PrefixAware,
     /// HyperPod's `prefixaware`: the longest cached prefix, weighed against queued prefill.
     LongestPrefix,
+    /// HyperPod's `kvaware`: the same cost model over what each instance's KV
+    /// events say it holds, by real token ids.
+    KvAware,
     LeastOutstandingRequests,
     Random,
     RoundRobin,
@@ -41,6 +45,7 @@ impl Strategy {
         match s.to_ascii_lowercase().replace('-', "_").as_str() {
             "prefix_aware" => Some(Self::PrefixAware),
             "longest_prefix" | "prefixaware" => Some(Self::LongestPrefix),
+            "kv_aware" | "kvaware" => Some(Self::KvAware),
             "least_outstanding_requests" | "least_outstanding" => {
                 Some(Self::LeastOutstandingRequests)
             }
@@ -54,6 +59,7 @@ impl Strategy {
         match self {
             Self::PrefixAware => "prefix_aware",
             Self::LongestPrefix => "longest_prefix",
+            Self::KvAware => "kv_aware",
             Self::LeastOutstandingRequests => "least_outstanding_requests",
             Self::Random => "random",
             Self::RoundRobin => "round_robin",
@@ -67,16 +73,22 @@ impl std::str::FromStr for Strategy {
     fn from_str(s: &str) -> Result<Self, String> {
         Self::parse(s).ok_or_else(|| {
             format!(
-                "unknown strategy {s:?} (longest_prefix, prefix_aware, least_outstanding_requests, random, round_robin)"
+                "unknown strategy {s:?} (kv_aware, longest_prefix, prefix_aware, least_outstanding_requests, random, round_robin)"
             )
         })
     }
 }
 
 impl Strategy {
-    /// Whether requests need a block chain and instances a [`BlockIndex`].
+    /// Whether requests need a block chain and instances a [`BlockIndex`]
+    /// (`kv_aware` keeps one as its fallback).
     pub fn uses_index(self) -> bool {
-        self == Self::LongestPrefix
+        matches!(self, Self::LongestPrefix | Self::KvAware)
+    }
+
+    /// Whether requests are tokenized and instances follow KV events.
+    pub fn uses_events(self) -> bool {
+        self == Self::KvAware
     }
 
     /// One line on what the strategy does, for `kvgate check`.
@@ -87,6 +99,9 @@ impl Strategy {
             }
             Self::LongestPrefix => {
                 "HyperPod prefixaware: longest cached prefix per instance, weighed against the prefill queued there"
+            }
+            Self::KvAware => {
+                "HyperPod kvaware: longest prefix each instance's KV events report, by real token ids, weighed against the prefill queued there"
             }
             Self::LeastOutstandingRequests => "fewest requests in flight",
             Self::Random => "uniformly random",
@@ -210,6 +225,8 @@ pub struct PolicySpec<'a> {
     pub balance_factor: Option<f64>,
     /// Characters per index block (cache-aware strategies).
     pub block_chars: usize,
+    /// Tokens per engine block (`kv_aware`).
+    pub block_size: usize,
 }
 
 /// Build the policy a config names.
@@ -225,6 +242,15 @@ pub fn build(spec: &PolicySpec<'_>) -> Box<dyn Policy> {
             spec.concurrency_threshold,
             spec.balance_factor,
             CostModel::for_block_chars(spec.block_chars),
+        )),
+        // The same placement; its matched blocks are engine blocks of real tokens.
+        Strategy::KvAware => Box::new(LongestPrefix::new(
+            Ring::new(spec.ids, spec.virtual_nodes),
+            spec.concurrency_threshold,
+            spec.balance_factor,
+            CostModel {
+                block_tokens: spec.block_size.max(1) as u64,
+            },
         )),
         Strategy::LeastOutstandingRequests => Box::new(LeastOutstanding),
         Strategy::Random => Box::new(Random),

@@ -96,6 +96,7 @@ fn simulate_seen(
             concurrency_threshold: 16,
             balance_factor: None,
             block_chars: 256,
+            block_size: 16,
         }),
         seen: Mutex::new(Vec::new()),
     };

@@ -172,6 +172,7 @@ pub fn sweep(
                 fleet.balance_factor
             },
             block_chars,
+            block_size: 16,
         });
         let window = match s.strategy {
             Strategy::LongestPrefix => Some(s.prefix_length.unwrap_or(DEFAULT_PREFIX_LENGTH)),

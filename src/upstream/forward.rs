@@ -45,7 +45,7 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
     let ep = &f.input.endpoint;
     let server = &f.runtime.config.server;
     let started = Instant::now();
-    let loads = ep.loads(&f.input.chain);
+    let (loads, seen) = ep.view(&f.input);
     let request = f.input.routing_request();
     let plan = ep.policy.plan(&request, &loads);
     let routing_took = started.elapsed();
@@ -78,6 +78,15 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
         let guard = instance.claim(ep.policy.queued_charge(&request, &load));
         // The instance will cache what it prefills; a request that never gets
         // there, or that it refuses, is taken back out below.
+        if attempt == 0 {
+            count_fallbacks(ep, &f.input, &seen);
+        }
+        if let (Some(prompt), Some(sub)) = (&f.input.kv, instance.kv_feed()) {
+            let held = seen.get(idx).map_or(0, |s| s.held_blocks);
+            let salted = prompt.salted_root.as_ref().map(|(k, s)| (*k, s.as_str()));
+            sub.feed
+                .dispatched(salted, held < prompt.keys.len(), Instant::now());
+        }
         let inserted = if indexed {
             telemetry::matched_fraction(ep.name(), matched_fraction(ep, &request, &load));
             let inserted = instance.index.insert(&f.input.chain);
@@ -235,6 +244,29 @@ fn take_back(
 ) {
     instance.index.forget(chain, inserted);
     telemetry::index_size(ep.name(), &instance.id, instance.index.len());
+}
+
+/// Under `kv_aware`, count the instances this decision saw through the
+/// approximate index, and why.
+fn count_fallbacks(ep: &crate::state::Endpoint, input: &RouteInput, seen: &[crate::state::Seen]) {
+    if !ep.config.routing.strategy.uses_events() {
+        return;
+    }
+    let mut n = 0;
+    for (inst, s) in ep.instances.iter().zip(seen) {
+        if s.from_events {
+            continue;
+        }
+        n += 1;
+        let why = match s.trust {
+            None => "not_configured",
+            Some(t) if !t.is_live() => t.as_str(),
+            Some(_) if input.kv.is_none() => "untokenized",
+            Some(_) => "other",
+        };
+        telemetry::kv_fallback(ep.name(), &inst.id, why);
+    }
+    telemetry::kv_fallback_instances(ep.name(), n);
 }
 
 /// The share of the prompt the chosen instance is believed to hold.

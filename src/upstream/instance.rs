@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::kv_events::{Feed, Subscription};
 use crate::routing::{BlockIndex, Load};
 use crate::telemetry;
 
@@ -26,6 +27,8 @@ pub struct Instance {
     queued_prefill: AtomicU64,
     /// The block chains believed cached here (cache-aware strategies).
     pub index: BlockIndex,
+    /// Its KV-event subscription (`kv_aware` with `kv_events` set).
+    kv: arc_swap::ArcSwapOption<Subscription>,
     /// KV capacity in tokens as the engine reported it (0: not learned).
     learned_cache_tokens: AtomicUsize,
     /// Failed attempts to learn it.
@@ -67,6 +70,7 @@ impl Instance {
             in_flight: AtomicUsize::new(0),
             queued_prefill: AtomicU64::new(0),
             index: BlockIndex::default(),
+            kv: arc_swap::ArcSwapOption::empty(),
             learned_cache_tokens: AtomicUsize::new(0),
             capacity_tries: AtomicU32::new(0),
             cooldown_until: AtomicU64::new(0),
@@ -75,6 +79,43 @@ impl Instance {
             probe_streak: AtomicU32::new(0),
             confirmed: AtomicBool::new(false),
         })
+    }
+
+    /// Follow the KV events at `events` (replaying from `replay`), keeping a
+    /// subscription already following the same sockets; `None` stops.
+    pub fn follow_kv_events(
+        &self,
+        events: Option<&str>,
+        replay: Option<&str>,
+        silence: Duration,
+        limit: usize,
+    ) {
+        let current = self.kv.load();
+        let same = match (current.as_deref(), events) {
+            (None, None) => true,
+            (Some(sub), Some(url)) => {
+                sub.feed.events_url == url && sub.feed.replay_url.as_deref() == replay
+            }
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        let next = events.and_then(|url| {
+            Subscription::start(Feed::new(
+                (&self.endpoint, &self.id),
+                url,
+                replay,
+                silence,
+                limit,
+            ))
+        });
+        self.kv.store(next.map(Arc::new));
+    }
+
+    /// The KV-event feed, when the instance has one.
+    pub fn kv_feed(&self) -> Option<Arc<Subscription>> {
+        self.kv.load_full()
     }
 
     pub fn in_flight(&self) -> usize {

@@ -62,7 +62,7 @@ async fn generate(s: &SimServer, body: Payload, parse: Parse) -> Response {
 }
 
 async fn try_generate(s: &SimServer, body: Payload, parse: Parse) -> Result<Response, ApiError> {
-    let job = parse(&body?)?;
+    let job = parse(&body?, s.cfg.tokenizer.as_deref())?;
     let accepted = s.submit(&job)?;
     if job.stream {
         let response = sse::response(

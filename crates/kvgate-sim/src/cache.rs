@@ -55,6 +55,8 @@ pub struct KvCache {
     private: usize,
     /// Hashed blocks with `refs > 0`.
     referenced: usize,
+    /// Hashes evicted since the last [`KvCache::take_evicted`], when recording.
+    evicted: Option<Vec<u64>>,
 }
 
 impl KvCache {
@@ -66,6 +68,34 @@ impl KvCache {
             tick: 0,
             private: 0,
             referenced: 0,
+            evicted: None,
+        }
+    }
+
+    /// From now on, remember evicted hashes for [`KvCache::take_evicted`] (what a
+    /// KV-event publisher reports as `BlockRemoved`).
+    pub fn record_evictions(&mut self) {
+        self.evicted.get_or_insert_with(Vec::new);
+    }
+
+    /// Hashes evicted since the last call, oldest first (empty unless recording).
+    pub fn take_evicted(&mut self) -> Vec<u64> {
+        self.evicted
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Forget every cached block without reporting it, as a restarted instance
+    /// does: idle blocks go, blocks held by running sequences stop serving hits
+    /// and are dropped when released.
+    pub fn forget_cached(&mut self) {
+        for (_, h) in std::mem::take(&mut self.lru) {
+            self.blocks.remove(&h);
+        }
+        self.blocks.values_mut().for_each(|b| b.computed = false);
+        if let Some(evicted) = self.evicted.as_mut() {
+            evicted.clear();
         }
     }
 
@@ -133,6 +163,9 @@ impl KvCache {
         for _ in 0..need.saturating_sub(free) {
             if let Some((_, victim)) = self.lru.pop_first() {
                 self.blocks.remove(&victim);
+                if let Some(evicted) = self.evicted.as_mut() {
+                    evicted.push(victim);
+                }
             }
         }
         self.private += private;
@@ -140,9 +173,11 @@ impl KvCache {
     }
 
     /// Record that a sequence has computed block `hash`: from now on it serves hits.
-    pub fn mark_computed(&mut self, hash: u64) {
-        if let Some(b) = self.blocks.get_mut(&hash) {
-            b.computed = true;
+    /// True when it was not computed before (it just became cached).
+    pub fn mark_computed(&mut self, hash: u64) -> bool {
+        match self.blocks.get_mut(&hash) {
+            Some(b) => !std::mem::replace(&mut b.computed, true),
+            None => false,
         }
     }
 
@@ -176,104 +211,5 @@ impl KvCache {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ids(range: std::ops::Range<u64>) -> Vec<u64> {
-        range.collect()
-    }
-
-    fn computed(cache: &mut KvCache, hashes: &[u64]) {
-        hashes.iter().for_each(|&h| cache.mark_computed(h));
-    }
-
-    #[test]
-    fn shared_prefix_hits_only_computed_leading_blocks() {
-        let mut c = KvCache::new(100);
-        let a = ids(0..10);
-        assert_eq!(c.try_acquire(&a, 1, usize::MAX), Some(0));
-        // Not computed yet: a concurrent request sharing the prefix gets no hit.
-        assert_eq!(c.try_acquire(&a, 0, usize::MAX), Some(0));
-        computed(&mut c, &a[..6]);
-        let b: Vec<u64> = a[..8].iter().copied().chain(100..104).collect();
-        assert_eq!(c.try_acquire(&b, 0, usize::MAX), Some(6));
-        assert_eq!(c.try_acquire(&b, 0, 3), Some(3), "max_hit caps the hit");
-        assert_eq!(c.occupied(), 10 + 4 + 1);
-    }
-
-    #[test]
-    fn released_blocks_stay_cached_until_evicted_lru_first() {
-        let mut c = KvCache::new(20);
-        let a = ids(0..10);
-        c.try_acquire(&a, 0, usize::MAX).unwrap();
-        computed(&mut c, &a);
-        c.release(&a, 0);
-        assert_eq!(c.in_use(), 0);
-        assert_eq!(c.try_acquire(&a, 0, usize::MAX), Some(10));
-        c.release(&a, 0);
-        // 15 new blocks need 5 of the 10 cached ones: the tail goes first.
-        let b = ids(100..115);
-        assert_eq!(c.try_acquire(&b, 0, usize::MAX), Some(0));
-        assert!((0..5).all(|h| c.contains(h)));
-        assert!((5..10).all(|h| !c.contains(h)));
-        assert_eq!(c.occupied(), 20);
-        // The prefix whose tail was evicted now only partly hits.
-        c.release(&b, 0);
-        assert_eq!(c.try_acquire(&a, 0, usize::MAX), Some(5));
-    }
-
-    #[test]
-    fn miss_after_eviction_in_a_tiny_cache() {
-        let mut c = KvCache::new(4);
-        let a = ids(0..4);
-        c.try_acquire(&a, 0, usize::MAX).unwrap();
-        computed(&mut c, &a);
-        c.release(&a, 0);
-        let b = ids(10..14);
-        c.try_acquire(&b, 0, usize::MAX).unwrap();
-        c.release(&b, 0);
-        assert_eq!(c.try_acquire(&a, 0, usize::MAX), Some(0));
-    }
-
-    #[test]
-    fn referenced_blocks_are_never_evicted() {
-        let mut c = KvCache::new(10);
-        let held = ids(0..6);
-        c.try_acquire(&held, 0, usize::MAX).unwrap();
-        computed(&mut c, &held);
-        // 5 more do not fit while the 6 are held: refuse rather than evict them.
-        assert_eq!(c.try_acquire(&ids(10..15), 0, usize::MAX), None);
-        assert_eq!(c.try_acquire(&ids(10..12), 3, usize::MAX), None);
-        assert!(held.iter().all(|&h| c.contains(h)));
-        assert_eq!(c.occupied(), 6, "a refused admission changes nothing");
-        assert_eq!(c.try_acquire(&ids(10..14), 0, usize::MAX), Some(0));
-        c.release(&held, 0);
-        assert_eq!(c.try_acquire(&ids(20..26), 0, usize::MAX), Some(0));
-        assert!(held.iter().all(|&h| !c.contains(h)));
-    }
-
-    #[test]
-    fn reusing_an_idle_block_does_not_count_it_as_evictable() {
-        let mut c = KvCache::new(4);
-        let a = ids(0..4);
-        c.try_acquire(&a, 0, usize::MAX).unwrap();
-        computed(&mut c, &a);
-        c.release(&a, 0);
-        // Reuses blocks 0..4 and needs 1 private block: nothing left to evict.
-        assert_eq!(c.try_acquire(&a, 1, usize::MAX), None);
-        assert_eq!(c.try_acquire(&a[..3], 1, usize::MAX), Some(3));
-        assert_eq!(c.occupied(), 4);
-        assert_eq!(c.in_use(), 4);
-    }
-
-    #[test]
-    fn uncomputed_blocks_are_dropped_on_release() {
-        let mut c = KvCache::new(10);
-        let a = ids(0..5);
-        c.try_acquire(&a, 2, usize::MAX).unwrap();
-        computed(&mut c, &a[..2]);
-        c.release(&a, 2);
-        assert_eq!(c.occupied(), 2);
-        assert_eq!(c.in_use(), 0);
-    }
-}
+#[path = "cache_tests.rs"]
+mod tests;

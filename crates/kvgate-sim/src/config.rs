@@ -1,6 +1,11 @@
 //! One simulated instance's capacity, speed and time scale, with a calibrated preset.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use kvgate_tokenize::PromptTokenizer;
+
+use crate::kv_events::KvEventsConfig;
 
 /// Capacity and speed of one simulated vLLM instance.
 ///
@@ -37,6 +42,13 @@ pub struct SimConfig {
     /// Real seconds per simulated second: 1.0 is real time, 0.01 runs 100× faster.
     /// Every simulated duration is multiplied by it; 0 runs without sleeping.
     pub time_scale: f64,
+    /// Publish KV-cache events over ZeroMQ as vLLM does (`--kv-events-config`);
+    /// `None` publishes nothing. [`crate::spawn`] binds the sockets.
+    pub kv_events: Option<KvEventsConfig>,
+    /// A real tokenizer: prompts become its token ids (chat through its chat
+    /// template), blocks are `block_size` ids each, hashed over the ids. `None`
+    /// keeps the 4-bytes-a-token model (see `tokens.rs`).
+    pub tokenizer: Option<Arc<PromptTokenizer>>,
 }
 
 impl SimConfig {
@@ -75,6 +87,8 @@ impl SimConfig {
             max_partial_prefills: None,
             default_max_tokens: 16,
             time_scale: 1.0,
+            kv_events: None,
+            tokenizer: None,
         }
     }
 

@@ -11,9 +11,10 @@
 
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use crate::kv_events::KvSink;
 use crate::scheduler::{Event, Scheduler, SeqSink, SeqSpec};
 
 /// A request's progress as its response sees it.
@@ -77,29 +78,49 @@ pub(crate) struct Submission {
     pub arrived: Instant,
 }
 
-/// Run until every sender is gone and the last sequence has finished.
+/// What the engine's inbox carries.
+pub(crate) enum Inbox {
+    Submit(Submission),
+    /// Look like a restarted vLLM to KV-event subscribers (see `SimServer`).
+    RestartKv(oneshot::Sender<()>),
+}
+
+/// Run until every sender is gone and the last sequence has finished. Each step's
+/// KV events go to `kv` as one batch.
 pub(crate) async fn run(
     mut sched: Scheduler<EngineSink>,
-    mut rx: mpsc::UnboundedReceiver<Submission>,
+    mut rx: mpsc::UnboundedReceiver<Inbox>,
     time_scale: f64,
+    kv: Option<KvSink>,
 ) {
     // The real instant at which the simulated clock reads `sched.now()`.
     let mut clock = Instant::now();
     let mut last_step = Duration::ZERO;
     loop {
         if sched.is_idle() {
-            let Some(sub) = rx.recv().await else {
+            let Some(msg) = rx.recv().await else {
                 return;
             };
             (clock, last_step) = (Instant::now(), Duration::ZERO);
-            let now = sched.now();
-            sched.submit(sub.spec, sub.sink, now);
+            match msg {
+                Inbox::Submit(sub) => {
+                    let now = sched.now();
+                    sched.submit(sub.spec, sub.sink, now);
+                }
+                Inbox::RestartKv(ack) => restart(&mut sched, kv.as_ref(), ack),
+            }
         }
-        while let Ok(sub) = rx.try_recv() {
-            let at = arrival(sched.now(), clock, last_step, sub.arrived, time_scale);
-            sched.submit(sub.spec, sub.sink, at);
+        while let Ok(msg) = rx.try_recv() {
+            match msg {
+                Inbox::Submit(sub) => {
+                    let at = arrival(sched.now(), clock, last_step, sub.arrived, time_scale);
+                    sched.submit(sub.spec, sub.sink, at);
+                }
+                Inbox::RestartKv(ack) => restart(&mut sched, kv.as_ref(), ack),
+            }
         }
         let Some(step) = sched.plan() else {
+            flush(&mut sched, kv.as_ref());
             continue;
         };
         clock = clock.checked_add(scaled(step, time_scale)).unwrap_or(clock);
@@ -109,7 +130,24 @@ pub(crate) async fn run(
             tokio::task::yield_now().await;
         }
         sched.finish(step);
+        flush(&mut sched, kv.as_ref());
         last_step = step;
+    }
+}
+
+fn flush(sched: &mut Scheduler<EngineSink>, kv: Option<&KvSink>) {
+    if let Some(kv) = kv {
+        kv.publish(sched.take_kv_events());
+    }
+}
+
+fn restart(sched: &mut Scheduler<EngineSink>, kv: Option<&KvSink>, ack: oneshot::Sender<()>) {
+    sched.forget_cache();
+    match kv {
+        Some(kv) => kv.restart(ack),
+        None => {
+            let _ = ack.send(());
+        }
     }
 }
 

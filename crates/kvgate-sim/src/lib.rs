@@ -7,9 +7,11 @@
 //!
 //! # The model
 //!
-//! **Tokens.** No real tokenizer: one token is one 4-byte chunk of the prompt
-//! (chat messages go through a fixed template first, see `request.rs`), so token
-//! identity is that chunk and a prompt of `n` bytes has ⌈n/4⌉ tokens.
+//! **Tokens.** By default no real tokenizer: one token is one 4-byte chunk of the
+//! prompt (chat messages go through a fixed template first, see `request.rs`), so
+//! token identity is that chunk and a prompt of `n` bytes has ⌈n/4⌉ tokens. With
+//! `SimConfig::tokenizer` set, tokens are that tokenizer's ids (chat through its
+//! chat template) and blocks are hashed over the ids instead.
 //!
 //! **Blocks and hashes.** Tokens are grouped into blocks of `block_size` (16).
 //! Block `i` is keyed by `xxh3(hash(i−1) ‖ its bytes)`; block 0's parent is a
@@ -45,6 +47,11 @@
 //! their first byte of body (stream) or the whole body (non-stream) only then.
 //! The clock is tokio's, so paused-time tests work.
 //!
+//! **KV events.** With `SimConfig::kv_events` set, `spawn` also binds a ZeroMQ
+//! PUB socket and a ROUTER replay socket and publishes `BlockStored` /
+//! `BlockRemoved` batches, one per engine step, in vLLM's wire format (see
+//! `kv_events/`), so a KV-aware gateway can be tested without a GPU.
+//!
 //! **Aborts.** A client that goes away drops its response, which the engine sees
 //! before its next step: the sequence leaves the scheduler, its blocks are released
 //! (cached, evictable) and `aborted` counts it.
@@ -69,6 +76,7 @@ mod cache;
 mod config;
 mod engine;
 mod error;
+mod kv_events;
 mod metrics;
 mod request;
 mod response;
@@ -82,6 +90,7 @@ mod tokens;
 
 pub use cache::{BlockHashBuilder, KvCache};
 pub use config::SimConfig;
+pub use kv_events::{EventEncoding, HashForm, KvEventsConfig};
 pub use serve::{SimHandle, spawn, spawn_fleet};
 pub use server::SimServer;
 pub use stats::SimStats;

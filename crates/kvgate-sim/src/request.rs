@@ -5,7 +5,12 @@
 //! deterministic: `<|tools|>\n{tools JSON}\n` when tools are given, then per message
 //! `<|{role}|>\n{content}\n` (text parts in order, other parts as their JSON, then
 //! any `tool_calls` JSON), then the generation prompt `<|assistant|>\n`.
+//!
+//! With a real tokenizer (`SimConfig::tokenizer`) the prompt is its token ids
+//! instead: chat through the tokenizer's chat template, `prompt` as vLLM's
+//! completions endpoint tokenizes it, TGI `inputs` with special tokens added.
 
+use kvgate_tokenize::PromptTokenizer;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -22,8 +27,10 @@ pub(crate) enum Api {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Job {
     pub api: Api,
-    /// Prompt bytes after templating; 4 bytes a token.
+    /// Prompt bytes after templating; 4 bytes a token. Empty when `token_ids` is set.
     pub prompt: Vec<u8>,
+    /// The prompt's token ids, when a real tokenizer made them.
+    pub token_ids: Option<Vec<u32>>,
     pub max_tokens: Option<u64>,
     pub stream: bool,
     pub include_usage: bool,
@@ -82,40 +89,52 @@ enum Prompt {
     TokenLists(Vec<Vec<u32>>),
 }
 
-/// A body parser, one an API.
-pub(crate) type Parse = fn(&[u8]) -> Result<Job, ApiError>;
+/// A body parser, one an API; with a tokenizer the prompt comes out as token ids.
+pub(crate) type Parse = fn(&[u8], Option<&PromptTokenizer>) -> Result<Job, ApiError>;
+
+/// A prompt: templated bytes, or a tokenizer's ids.
+type Prompted = (Vec<u8>, Option<Vec<u32>>);
 
 /// `POST /v1/chat/completions`.
-pub(crate) fn parse_chat(body: &[u8]) -> Result<Job, ApiError> {
-    let raw = parse(body)?;
+pub(crate) fn parse_chat(body: &[u8], tok: Option<&PromptTokenizer>) -> Result<Job, ApiError> {
+    let (raw, value) = parse(body, tok)?;
     let messages = raw
         .messages
         .as_deref()
         .ok_or_else(|| ApiError::bad_request("`messages` is required", Some("messages")))?;
-    let prompt = render_chat(messages, raw.tools.as_ref())?;
+    let prompt = chat_prompt(messages, &raw, &value, tok)?;
     job(raw, Api::Chat, prompt)
 }
 
 /// `POST /v1/completions`.
-pub(crate) fn parse_completion(body: &[u8]) -> Result<Job, ApiError> {
-    let raw = parse(body)?;
+pub(crate) fn parse_completion(
+    body: &[u8],
+    tok: Option<&PromptTokenizer>,
+) -> Result<Job, ApiError> {
+    let (raw, value) = parse(body, tok)?;
     let prompt = raw
         .prompt
         .as_ref()
-        .ok_or_else(|| ApiError::bad_request("`prompt` is required", Some("prompt")))
-        .and_then(prompt_bytes)?;
+        .ok_or_else(|| ApiError::bad_request("`prompt` is required", Some("prompt")))?;
+    let prompt = completion_prompt(prompt, &value, tok)?;
     job(raw, Api::Completion, prompt)
 }
 
 /// `POST /invocations`: `messages`, else `prompt`, else `inputs`; answered as chat.
-pub(crate) fn parse_invocation(body: &[u8]) -> Result<Job, ApiError> {
-    let raw = parse(body)?;
+pub(crate) fn parse_invocation(
+    body: &[u8],
+    tok: Option<&PromptTokenizer>,
+) -> Result<Job, ApiError> {
+    let (raw, value) = parse(body, tok)?;
     let prompt = if let Some(messages) = raw.messages.as_deref() {
-        render_chat(messages, raw.tools.as_ref())?
+        chat_prompt(messages, &raw, &value, tok)?
     } else if let Some(prompt) = raw.prompt.as_ref() {
-        prompt_bytes(prompt)?
+        completion_prompt(prompt, &value, tok)?
     } else if let Some(inputs) = raw.inputs.as_ref() {
-        inputs.as_bytes().to_vec()
+        match tok {
+            Some(tok) => (Vec::new(), Some(tok.encode(inputs, true))),
+            None => (inputs.as_bytes().to_vec(), None),
+        }
     } else {
         let msg = "the body needs `messages`, `prompt` or `inputs`";
         return Err(ApiError::bad_request(msg, None));
@@ -123,7 +142,8 @@ pub(crate) fn parse_invocation(body: &[u8]) -> Result<Job, ApiError> {
     job(raw, Api::Chat, prompt)
 }
 
-fn parse(body: &[u8]) -> Result<RawBody, ApiError> {
+/// The typed body, and with a tokenizer also the JSON it renders from.
+fn parse(body: &[u8], tok: Option<&PromptTokenizer>) -> Result<(RawBody, Value), ApiError> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') {
         return Err(ApiError::bad_request(
@@ -131,12 +151,52 @@ fn parse(body: &[u8]) -> Result<RawBody, ApiError> {
             None,
         ));
     }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}"), None))
+    let invalid =
+        |e: serde_json::Error| ApiError::bad_request(format!("invalid request body: {e}"), None);
+    if tok.is_none() {
+        return Ok((serde_json::from_slice(body).map_err(invalid)?, Value::Null));
+    }
+    let value: Value = serde_json::from_slice(body).map_err(invalid)?;
+    Ok((RawBody::deserialize(&value).map_err(invalid)?, value))
 }
 
-fn job(raw: RawBody, api: Api, prompt: Vec<u8>) -> Result<Job, ApiError> {
-    if prompt.is_empty() {
+fn chat_prompt(
+    messages: &[Message],
+    raw: &RawBody,
+    value: &Value,
+    tok: Option<&PromptTokenizer>,
+) -> Result<Prompted, ApiError> {
+    let Some(tok) = tok else {
+        return Ok((render_chat(messages, raw.tools.as_ref())?, None));
+    };
+    if messages.is_empty() {
+        let msg = "`messages` must not be empty";
+        return Err(ApiError::bad_request(msg, Some("messages")));
+    }
+    let tokens = tok
+        .chat(value, usize::MAX)
+        .map_err(|e| ApiError::bad_request(e.to_string(), Some("messages")))?;
+    Ok((Vec::new(), Some(tokens.ids)))
+}
+
+fn completion_prompt(
+    prompt: &Prompt,
+    value: &Value,
+    tok: Option<&PromptTokenizer>,
+) -> Result<Prompted, ApiError> {
+    // Validated the same way with or without a tokenizer (one prompt, ids in range).
+    let bytes = prompt_bytes(prompt)?;
+    let Some(tok) = tok else {
+        return Ok((bytes, None));
+    };
+    let tokens = tok
+        .completion(&value["prompt"], usize::MAX)
+        .map_err(|e| ApiError::bad_request(e.to_string(), Some("prompt")))?;
+    Ok((Vec::new(), Some(tokens.ids)))
+}
+
+fn job(raw: RawBody, api: Api, (prompt, token_ids): Prompted) -> Result<Job, ApiError> {
+    if token_ids.as_ref().map_or(prompt.is_empty(), Vec::is_empty) {
         return Err(ApiError::bad_request(
             "the prompt must not be empty",
             Some("prompt"),
@@ -165,6 +225,7 @@ fn job(raw: RawBody, api: Api, prompt: Vec<u8>) -> Result<Job, ApiError> {
     Ok(Job {
         api,
         prompt,
+        token_ids,
         max_tokens,
         stream: raw.stream.unwrap_or(false),
         include_usage: raw

@@ -3,7 +3,7 @@
 use super::*;
 
 fn chat(body: &str) -> Result<Job, ApiError> {
-    parse_chat(body.as_bytes())
+    parse_chat(body.as_bytes(), None)
 }
 
 #[test]
@@ -45,7 +45,7 @@ fn tools_come_first_and_null_content_is_allowed() {
 
 #[test]
 fn completion_prompts_text_tokens_and_single_element_lists() {
-    let p = |b: &str| parse_completion(b.as_bytes()).map(|j| j.prompt);
+    let p = |b: &str| parse_completion(b.as_bytes(), None).map(|j| j.prompt);
     assert_eq!(p(r#"{"prompt":"abcd"}"#).unwrap(), b"abcd");
     assert_eq!(p(r#"{"prompt":["abcd"]}"#).unwrap(), b"abcd");
     assert_eq!(
@@ -54,14 +54,14 @@ fn completion_prompts_text_tokens_and_single_element_lists() {
     );
     assert_eq!(p(r#"{"prompt":[[1]]}"#).unwrap(), [1, 0, 0, 0]);
     assert_eq!(
-        parse_completion(br#"{"prompt":"x"}"#).unwrap().api,
+        parse_completion(br#"{"prompt":"x"}"#, None).unwrap().api,
         Api::Completion
     );
 }
 
 #[test]
 fn invocations_take_messages_prompt_or_inputs() {
-    let inv = |b: &str| parse_invocation(b.as_bytes()).unwrap();
+    let inv = |b: &str| parse_invocation(b.as_bytes(), None).unwrap();
     let job = inv(r#"{"inputs":"hello","parameters":{"max_new_tokens":5,"temperature":0.1}}"#);
     assert_eq!(
         (job.prompt.as_slice(), job.max_tokens),
@@ -149,7 +149,7 @@ fn malformed_requests_are_400s_naming_the_field() {
         ),
     ];
     for (body, parse, param) in cases {
-        let err = parse(body.as_bytes()).expect_err(body);
+        let err = parse(body.as_bytes(), None).expect_err(body);
         assert_eq!(err.status, 400, "{body}");
         assert_eq!(err.param, *param, "{body}: {}", err.message);
         assert!(!err.message.is_empty());

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use crate::cache::KvCache;
 use crate::config::SimConfig;
+use crate::kv_events::{self, KvEvent, SeqKv};
 use crate::stats::{Counters, add};
 
 /// Longest step the model allows; only absurd configurations get near it.
@@ -50,6 +51,8 @@ pub(crate) struct SeqSpec {
     pub hashes: Vec<u64>,
     pub prompt_tokens: usize,
     pub max_tokens: usize,
+    /// What its KV events need; `None` when the instance publishes none.
+    pub kv: Option<SeqKv>,
 }
 
 /// What happens to a sequence, in order: `Admitted`, then `Tokens` until `done`;
@@ -98,12 +101,19 @@ pub(crate) struct Scheduler<S> {
     counters: Arc<Counters>,
     /// Simulated time at the end of the last finished step.
     now: Duration,
+    /// KV events since the last [`Scheduler::take_kv_events`], when publishing.
+    events: Option<Vec<KvEvent>>,
 }
 
 impl<S: SeqSink> Scheduler<S> {
     /// `cfg` must be normalized.
     pub(crate) fn new(cfg: &SimConfig, counters: Arc<Counters>) -> Self {
         counters.kv_total.store(cfg.cache_blocks, Relaxed);
+        let mut cache = KvCache::new(cfg.cache_blocks);
+        let events = cfg.kv_events.as_ref().map(|_| {
+            cache.record_evictions();
+            Vec::new()
+        });
         Self {
             block_size: cfg.block_size,
             max_running: cfg.max_running,
@@ -111,12 +121,24 @@ impl<S: SeqSink> Scheduler<S> {
             max_partial_prefills: cfg.max_partial_prefills.unwrap_or(usize::MAX),
             prefill_tokens_per_s: cfg.prefill_tokens_per_s,
             inter_token_latency: cfg.inter_token_latency,
-            cache: KvCache::new(cfg.cache_blocks),
+            cache,
             waiting: VecDeque::new(),
             running: Vec::new(),
             counters,
             now: Duration::ZERO,
+            events,
         }
+    }
+
+    /// The KV events of the steps since the last call, in order (see `kv_events`).
+    pub(crate) fn take_kv_events(&mut self) -> Vec<KvEvent> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Empty the KV cache without events, as a restarted instance starts.
+    pub(crate) fn forget_cache(&mut self) {
+        self.cache.forget_cached();
+        self.take_kv_events();
     }
 
     /// Simulated time now.
@@ -190,6 +212,12 @@ impl<S: SeqSink> Scheduler<S> {
                 }
                 break;
             };
+            if let Some(events) = self.events.as_mut() {
+                let hashes = self.cache.take_evicted();
+                if !hashes.is_empty() {
+                    events.push(KvEvent::Removed { hashes });
+                }
+            }
             let Some(mut seq) = self.waiting.pop_front() else {
                 break;
             };
@@ -225,6 +253,7 @@ impl<S: SeqSink> Scheduler<S> {
         self.now = self.now.saturating_add(duration);
         let (now, block_size) = (self.now, self.block_size);
         let (counters, cache) = (&self.counters, &mut self.cache);
+        let events = &mut self.events;
         self.running.retain_mut(|seq| {
             if seq.scheduled == 0 {
                 return true;
@@ -233,9 +262,14 @@ impl<S: SeqSink> Scheduler<S> {
             if seq.computed < prompt {
                 seq.computed = (seq.computed + seq.scheduled).min(prompt);
                 let full = (seq.computed / block_size).min(seq.spec.hashes.len());
-                for &h in seq.spec.hashes.get(seq.marked..full).unwrap_or_default() {
-                    cache.mark_computed(h);
-                }
+                kv_events::mark_computed(
+                    cache,
+                    &seq.spec.hashes,
+                    seq.marked..full,
+                    seq.spec.kv.as_ref(),
+                    events.as_mut(),
+                    block_size,
+                );
                 seq.marked = seq.marked.max(full);
                 if seq.computed == prompt {
                     seq.generated = 1;

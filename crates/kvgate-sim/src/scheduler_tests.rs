@@ -75,6 +75,7 @@ impl Bench {
             hashes,
             prompt_tokens: tokens,
             max_tokens,
+            kv: None,
         };
         self.s.submit(spec, sink, self.s.now());
         closed

@@ -1,5 +1,6 @@
-//! Serving an instance on a socket: `spawn` binds, serves in a task and returns a
-//! handle that shuts the listener down when dropped.
+//! Serving an instance on a socket: `spawn` binds (HTTP, and the KV-event sockets
+//! when configured), serves in a task and returns a handle that shuts the listener
+//! down when dropped.
 
 use std::io;
 use std::net::SocketAddr;
@@ -7,10 +8,11 @@ use std::sync::Arc;
 
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::config::SimConfig;
+use crate::kv_events::{self, Endpoints, Wire};
 use crate::server::SimServer;
 
 /// A running instance. Dropping it stops accepting connections; requests in flight
@@ -22,12 +24,38 @@ pub struct SimHandle {
     pub server: Arc<SimServer>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<io::Result<()>>>,
+    kv: Option<Endpoints>,
 }
 
 impl SimHandle {
     /// `http://{addr}`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The KV-event PUB socket, `tcp://127.0.0.1:PORT`, when `kv_events` is set.
+    pub fn kv_events_endpoint(&self) -> Option<String> {
+        self.kv.as_ref().map(|kv| kv.events.clone())
+    }
+
+    /// The KV-event replay ROUTER socket, `tcp://127.0.0.1:PORT`, when `kv_events` is set.
+    pub fn kv_replay_endpoint(&self) -> Option<String> {
+        self.kv.as_ref().map(|kv| kv.replay.clone())
+    }
+
+    /// See [`SimServer::drop_kv_batches`].
+    pub fn drop_kv_batches(&self, n: usize) {
+        self.server.drop_kv_batches(n);
+    }
+
+    /// See [`SimServer::silence_kv_events`].
+    pub fn silence_kv_events(&self, silent: bool) {
+        self.server.silence_kv_events(silent);
+    }
+
+    /// See [`SimServer::restart_kv_publisher`].
+    pub async fn restart_kv_publisher(&self) {
+        self.server.restart_kv_publisher().await;
     }
 
     /// Stop accepting, wait for open connections to finish.
@@ -52,6 +80,20 @@ pub async fn spawn(cfg: SimConfig, addr: SocketAddr) -> io::Result<SimHandle> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let server = SimServer::new(cfg);
+    let kv = match server.config().kv_events.as_ref() {
+        Some(kv) => {
+            let wire = Wire {
+                encoding: kv.encoding,
+                hashes: kv.hashes,
+                block_size: server.config().block_size,
+            };
+            let (tx, rx) = mpsc::unbounded_channel();
+            let endpoints = kv_events::bind(kv, wire, rx).await?;
+            server.attach_kv_publisher(tx);
+            Some(endpoints)
+        }
+        None => None,
+    };
     let app = server.router();
     // As vLLM's uvicorn does: without TCP_NODELAY a streamed answer's first
     // chunk, written right after the headers, waits ~40 ms for a delayed ACK.
@@ -71,6 +113,7 @@ pub async fn spawn(cfg: SimConfig, addr: SocketAddr) -> io::Result<SimHandle> {
         server,
         stop: Some(stop),
         task: Some(task),
+        kv,
     })
 }
 

@@ -5,28 +5,32 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::config::SimConfig;
-use crate::engine::{self, EngineSink, Progress, Submission};
+use crate::engine::{self, EngineSink, Inbox, Progress, Submission};
 use crate::error::ApiError;
+use crate::kv_events::{KvControls, KvSink, SeqKv};
 use crate::request::{Api, Job};
 use crate::response::Meta;
 use crate::scheduler::{Scheduler, SeqSpec, blocks_needed};
 use crate::stats::{Counters, SimStats, add};
-use crate::tokens::{block_hashes, count_tokens};
+use crate::tokens::{block_hashes, chunk_ids, count_tokens, token_block_hashes};
 
 /// One simulated vLLM instance: KV cache, scheduler and counters behind an HTTP API.
 pub struct SimServer {
     pub(crate) cfg: SimConfig,
     pub(crate) counters: Arc<Counters>,
-    tx: mpsc::UnboundedSender<Submission>,
+    tx: mpsc::UnboundedSender<Inbox>,
     /// The engine, until the first request starts it inside the serving runtime
     /// (so `new` works outside a runtime too).
-    pending: Mutex<Option<(Scheduler<EngineSink>, mpsc::UnboundedReceiver<Submission>)>>,
+    pending: Mutex<Option<(Scheduler<EngineSink>, mpsc::UnboundedReceiver<Inbox>)>>,
     started: OnceLock<()>,
     next_id: AtomicU64,
+    kv_controls: Arc<KvControls>,
+    /// The KV-event publisher, once [`crate::spawn`] has bound its sockets.
+    kv_sink: OnceLock<KvSink>,
 }
 
 /// A request accepted by the engine.
@@ -52,7 +56,38 @@ impl SimServer {
             pending: Mutex::new(Some((sched, rx))),
             started: OnceLock::new(),
             next_id: AtomicU64::new(0),
+            kv_controls: Arc::default(),
+            kv_sink: OnceLock::new(),
         })
+    }
+
+    /// The next `n` KV-event batches get their seq and go into the replay buffer
+    /// but are not sent on PUB, so a subscriber sees a gap (replaces any count left).
+    pub fn drop_kv_batches(&self, n: usize) {
+        self.kv_controls.drop_batches(n);
+    }
+
+    /// While `silent`, no KV event is published or buffered (a silent publisher);
+    /// the cache works as ever.
+    pub fn silence_kv_events(&self, silent: bool) {
+        self.kv_controls.silence(silent);
+    }
+
+    /// Look like a restarted vLLM to KV-event subscribers: the KV cache is emptied
+    /// without events, the seq restarts at 0 and the replay buffer is emptied.
+    /// Returns once done. Sequences running meanwhile keep running, but their
+    /// blocks no longer serve hits.
+    pub async fn restart_kv_publisher(&self) {
+        self.start_engine();
+        let (ack, done) = oneshot::channel();
+        if self.tx.send(Inbox::RestartKv(ack)).is_ok() {
+            let _ = done.await;
+        }
+    }
+
+    /// Connect the engine to the publisher task; before the first request only.
+    pub(crate) fn attach_kv_publisher(&self, tx: mpsc::UnboundedSender<crate::kv_events::PubMsg>) {
+        let _ = self.kv_sink.set(KvSink::new(tx, self.kv_controls.clone()));
     }
 
     /// The configuration in effect (after clamping).
@@ -67,7 +102,10 @@ impl SimServer {
 
     /// Tokenize, hash and queue a parsed request. Must run inside a tokio runtime.
     pub(crate) fn submit(&self, job: &Job) -> Result<Accepted, ApiError> {
-        let prompt_tokens = count_tokens(&job.prompt);
+        let prompt_tokens = job
+            .token_ids
+            .as_ref()
+            .map_or_else(|| count_tokens(&job.prompt), Vec::len);
         let max_tokens = job.max_tokens.map_or(self.cfg.default_max_tokens, |n| {
             usize::try_from(n).unwrap_or(usize::MAX)
         });
@@ -80,10 +118,26 @@ impl SimServer {
             );
             return Err(ApiError::bad_request(msg, Some("max_tokens")));
         }
+        let (block_size, salt) = (self.cfg.block_size, job.cache_salt.as_deref());
+        let hashes = match &job.token_ids {
+            Some(ids) => token_block_hashes(ids, block_size, salt),
+            None => block_hashes(&job.prompt, block_size, salt),
+        };
+        let kv = self.cfg.kv_events.as_ref().map(|_| {
+            let full = hashes.len() * block_size;
+            SeqKv {
+                token_ids: match &job.token_ids {
+                    Some(ids) => ids.get(..full).unwrap_or_default().to_vec(),
+                    None => chunk_ids(&job.prompt, full),
+                },
+                cache_salt: salt.map(Into::into),
+            }
+        });
         let spec = SeqSpec {
-            hashes: block_hashes(&job.prompt, self.cfg.block_size, job.cache_salt.as_deref()),
+            hashes,
             prompt_tokens,
             max_tokens,
+            kv,
         };
         let (sink, rx) = EngineSink::new(job.stream);
         self.start_engine();
@@ -92,7 +146,7 @@ impl SimServer {
             sink,
             arrived: Instant::now(),
         };
-        if self.tx.send(sub).is_err() {
+        if self.tx.send(Inbox::Submit(sub)).is_err() {
             return Err(ApiError::unavailable("the engine has stopped"));
         }
         self.counters.requests.fetch_add(1, Relaxed);
@@ -108,7 +162,8 @@ impl SimServer {
         self.started.get_or_init(|| {
             let parts = self.pending.lock().ok().and_then(|mut p| p.take());
             if let Some((sched, rx)) = parts {
-                tokio::spawn(engine::run(sched, rx, self.cfg.time_scale));
+                let kv = self.kv_sink.get().cloned();
+                tokio::spawn(engine::run(sched, rx, self.cfg.time_scale, kv));
             }
         });
     }
@@ -140,6 +195,7 @@ mod tests {
         Job {
             api: Api::Chat,
             prompt: prompt.to_vec(),
+            token_ids: None,
             max_tokens: Some(max_tokens),
             stream: true,
             include_usage: false,

@@ -8,6 +8,10 @@
 //! or a hash of `cache_salt` when the request carries one, so two salts never share
 //! a block. Only full blocks are hashed: a trailing partial block is never cached.
 //! Cost: one pass of xxh3 over the prompt, once per request.
+//!
+//! With a real tokenizer, [`token_block_hashes`] keys blocks of token ids the same
+//! way, over the ids' little-endian bytes, with a seed of its own: the hash is
+//! the simulator's, and a gateway must never depend on it.
 
 use xxhash_rust::xxh3::{Xxh3, xxh3_64_with_seed};
 
@@ -43,6 +47,52 @@ pub fn block_hashes(prompt: &[u8], block_size: usize, cache_salt: Option<&str>) 
     out
 }
 
+/// Seed of [`token_block_hashes`] ("kvgtoken").
+const TOKEN_SEED: u64 = 0x6b76_6774_6f6b_656e;
+
+/// Chained hashes of the full `block_size`-id blocks of a tokenized prompt: block
+/// `i` is `xxh3_seeded(hash(i−1) ‖ ids as u32 LE)`, block 0 from a zero parent and,
+/// when the request has a `cache_salt`, also over the salt (as vLLM mixes it into
+/// the first block through its extra keys), so salts never share a block.
+pub(crate) fn token_block_hashes(
+    ids: &[u32],
+    block_size: usize,
+    cache_salt: Option<&str>,
+) -> Vec<u64> {
+    let block_size = block_size.max(1);
+    let mut parent = 0u64;
+    let mut buf = Vec::with_capacity(8 + block_size * 4);
+    let mut out = Vec::with_capacity(ids.len() / block_size);
+    for (i, block) in ids.chunks_exact(block_size).enumerate() {
+        buf.clear();
+        buf.extend_from_slice(&parent.to_le_bytes());
+        buf.extend(block.iter().flat_map(|id| id.to_le_bytes()));
+        if let (0, Some(salt)) = (i, cache_salt) {
+            // Length-suffixed, so no salt reads as the start of another.
+            buf.extend_from_slice(salt.as_bytes());
+            buf.extend_from_slice(&(salt.len() as u64 + 1).to_le_bytes());
+        }
+        parent = xxh3_64_with_seed(&buf, TOKEN_SEED);
+        out.push(parent);
+    }
+    out
+}
+
+/// Ids of the first `n` simulated tokens of `prompt`: each 4-byte chunk read as a
+/// little-endian `u32` (a short last chunk zero-padded), the inverse of how a
+/// token-id prompt becomes bytes.
+pub(crate) fn chunk_ids(prompt: &[u8], n: usize) -> Vec<u32> {
+    prompt
+        .chunks(BYTES_PER_TOKEN)
+        .take(n)
+        .map(|chunk| {
+            let mut word = [0u8; BYTES_PER_TOKEN];
+            word[..chunk.len()].copy_from_slice(chunk);
+            u32::from_le_bytes(word)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +121,23 @@ mod tests {
         assert_eq!(ha.len(), 10);
         assert_eq!(ha[..5], hb[..5]);
         assert!(ha[5..].iter().zip(&hb[5..]).all(|(x, y)| x != y));
+    }
+
+    #[test]
+    fn token_blocks_chain_over_ids_and_salt_separates_them() {
+        let ids: Vec<u32> = (0..40).collect();
+        let plain = token_block_hashes(&ids, 16, None);
+        assert_eq!(plain.len(), 2, "only full blocks");
+        assert_eq!(plain, token_block_hashes(&ids[..32], 16, None));
+        let mut other = ids.clone();
+        other[20] = 999;
+        let changed = token_block_hashes(&other, 16, None);
+        assert_eq!(changed[0], plain[0]);
+        assert_ne!(changed[1], plain[1]);
+        let salted = token_block_hashes(&ids, 16, Some("a"));
+        assert!(salted.iter().all(|h| !plain.contains(h)));
+        assert_ne!(salted, token_block_hashes(&ids, 16, Some("b")));
+        assert_eq!(chunk_ids(b"\x01\0\0\0\x02", 5), vec![1, 2]);
     }
 
     #[test]

@@ -1,0 +1,40 @@
+//! KV events: following what each vLLM instance stores and evicts, from its
+//! ZeroMQ publisher (`--kv-events-config`), for the `kv_aware` strategy.
+//!
+//! [`wire`] decodes vLLM's messages, [`feed::Feed`] holds one publisher's
+//! index and trust, [`subscriber`] is the task that keeps it current. The
+//! index itself is pure (`routing::held`).
+
+pub mod feed;
+pub mod subscriber;
+pub mod wire;
+
+use std::sync::Arc;
+
+pub use feed::{Feed, Trust};
+
+/// A feed and the task that follows it; dropping it stops the task.
+#[derive(Debug)]
+pub struct Subscription {
+    pub feed: Arc<Feed>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Subscription {
+    /// Start following `feed` on the current tokio runtime; `None` outside one
+    /// (`kvgate check`, which only validates).
+    pub fn start(feed: Feed) -> Option<Self> {
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        let feed = Arc::new(feed);
+        let task = handle
+            .spawn(subscriber::run(Arc::clone(&feed)))
+            .abort_handle();
+        Some(Self { feed, task })
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,376 @@
+//! What an instance really holds, learned from its KV events (`kv_aware`):
+//! blocks keyed by kvgate's own hash of their token ids, so the engine's hash
+//! function, seed and encoding never matter.
+//!
+//! A block's key chains its parent's: `key(b) = xxh3(key(parent) ‖ token ids
+//! of b)`, and a prompt's first block starts from a seed of the engine-visible
+//! `cache_salt` ([`seed`]). A request computes the same keys from its own
+//! tokens ([`token_keys`]), so a lookup is a walk down the request's chain
+//! while the instance holds each block ([`HeldIndex::matched`]). The engine
+//! reports a block by its own hash and its parent by the parent's engine hash;
+//! the index maps engine hashes to keys to resolve both, and to apply removals.
+//!
+//! A salt is part of the key because it is part of the engine's: a block stored
+//! for one tenant is useless to another, and a stored block only ever counts
+//! for requests whose salt produced it. Where the event does not say which salt
+//! (vLLM before `extra_keys` in BlockStored), the caller attributes the prompt's
+//! first block from the requests it sent ([`root_content_key`]); a block it
+//! cannot attribute counts as unsalted, which no salted request ever matches.
+//!
+//! Tiers: a block may be held on the GPU, offloaded to CPU, or both; a match
+//! weighs each block by its best tier. Pure and synchronous; the subscriber
+//! holds it behind a lock.
+
+use std::collections::HashMap;
+
+use xxhash_rust::xxh3::{Xxh3, xxh3_64_with_seed};
+
+/// A block hash as the engine reported it, folded to 64 bits.
+pub type EngineHash = u64;
+
+/// Where a block lives: on the GPU, or offloaded (vLLM's CPU offload, LMCache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Medium {
+    Gpu,
+    Cpu,
+}
+
+const SEED_DOMAIN: u64 = 0x6b76_6761_7465_6b76; // "kvgatekv"
+const CONTENT_DOMAIN: u64 = 0x636f_6e74_656e_7421; // "content!"
+
+/// The chain seed of a prompt the engine saw with `salt`.
+pub fn seed(salt: Option<&str>) -> u64 {
+    match salt {
+        None => SEED_DOMAIN,
+        Some(s) => xxh3_64_with_seed(s.as_bytes(), SEED_DOMAIN) ^ 1,
+    }
+}
+
+fn chain(parent: u64, tokens: &[u32]) -> u64 {
+    let mut h = Xxh3::new();
+    h.update(&parent.to_le_bytes());
+    for t in tokens {
+        h.update(&t.to_le_bytes());
+    }
+    h.digest()
+}
+
+/// Keys of the full `block_size`-token blocks of `ids`, at most `max_blocks`.
+pub fn token_keys(seed: u64, ids: &[u32], block_size: usize, max_blocks: usize) -> Vec<u64> {
+    let block_size = block_size.max(1);
+    let mut parent = seed;
+    ids.chunks_exact(block_size)
+        .take(max_blocks)
+        .map(|b| {
+            parent = chain(parent, b);
+            parent
+        })
+        .collect()
+}
+
+/// A salt-blind key of a prompt's first block, to attribute a root block whose
+/// event does not report its salt to the request that produced it.
+pub fn root_content_key(first_block: &[u32]) -> u64 {
+    chain(CONTENT_DOMAIN, first_block)
+}
+
+/// Weights of the tiers in a match: a GPU block counts 1, an offloaded one
+/// `cpu` (it must be copied back first), a block only in the shared L2 tier `l2`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TierWeights {
+    pub cpu: f64,
+    pub l2: f64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Copies {
+    gpu: u32,
+    cpu: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    key: u64,
+    gpu: bool,
+    cpu: bool,
+}
+
+/// How much of a request's chain an instance holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Held {
+    /// Leading blocks held in some tier.
+    pub blocks: usize,
+    /// Of those, held on the GPU.
+    pub gpu_blocks: usize,
+    /// `blocks`, each weighed by its best tier.
+    pub weighted: f64,
+}
+
+/// The outcome of applying one stored event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub stored: usize,
+    /// Blocks that could not be keyed: parent unknown, LoRA, bad block size.
+    pub dropped: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct HeldIndex {
+    by_engine: HashMap<EngineHash, Node>,
+    held: HashMap<u64, Copies>,
+    /// Most engine hashes kept; stores beyond it are dropped (a publisher
+    /// whose removals are lost must not grow the gateway without bound).
+    limit: usize,
+}
+
+impl HeldIndex {
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit: limit.max(1),
+            ..Self::default()
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.by_engine.clear();
+        self.held.clear();
+    }
+
+    /// The key of the block the engine calls `hash`, if known.
+    pub fn key_of(&self, hash: EngineHash) -> Option<u64> {
+        self.by_engine.get(&hash).map(|n| n.key)
+    }
+
+    /// Apply a BlockStored: `root_seed` is the chain seed for a first block
+    /// (`parent` = None); blocks after an unknown parent are dropped.
+    pub fn store(
+        &mut self,
+        hashes: &[EngineHash],
+        parent: Option<EngineHash>,
+        token_ids: &[u32],
+        block_size: usize,
+        medium: Medium,
+        root_seed: u64,
+    ) -> Applied {
+        let mut prev = match parent {
+            None => root_seed,
+            Some(p) => match self.key_of(p) {
+                Some(k) => k,
+                None => {
+                    return Applied {
+                        stored: 0,
+                        dropped: hashes.len(),
+                    };
+                }
+            },
+        };
+        if block_size == 0 || token_ids.len() < hashes.len() * block_size {
+            return Applied {
+                stored: 0,
+                dropped: hashes.len(),
+            };
+        }
+        let mut applied = Applied::default();
+        for (i, &h) in hashes.iter().enumerate() {
+            let key = chain(prev, &token_ids[i * block_size..(i + 1) * block_size]);
+            prev = key;
+            if !self.by_engine.contains_key(&h) && self.by_engine.len() >= self.limit {
+                applied.dropped += 1;
+                continue;
+            }
+            let node = self.by_engine.entry(h).or_insert(Node {
+                key,
+                gpu: false,
+                cpu: false,
+            });
+            if node.key != key {
+                // The engine reused a hash for other content (it re-hashed
+                // after a restart we missed): forget the old block.
+                let old = *node;
+                *node = Node {
+                    key,
+                    gpu: false,
+                    cpu: false,
+                };
+                release(&mut self.held, old.key, old.gpu, old.cpu);
+            }
+            let node = self.by_engine.get_mut(&h);
+            let Some(node) = node else { continue };
+            let copies = self.held.entry(key).or_default();
+            match medium {
+                Medium::Gpu if !node.gpu => {
+                    node.gpu = true;
+                    copies.gpu += 1;
+                }
+                Medium::Cpu if !node.cpu => {
+                    node.cpu = true;
+                    copies.cpu += 1;
+                }
+                _ => {}
+            }
+            applied.stored += 1;
+        }
+        applied
+    }
+
+    /// Apply a BlockRemoved for `medium`. Returns the blocks removed.
+    pub fn remove(&mut self, hashes: &[EngineHash], medium: Medium) -> usize {
+        let mut removed = 0;
+        for h in hashes {
+            let Some(node) = self.by_engine.get_mut(h) else {
+                continue;
+            };
+            let (gpu, cpu) = match medium {
+                Medium::Gpu => (std::mem::take(&mut node.gpu), false),
+                Medium::Cpu => (false, std::mem::take(&mut node.cpu)),
+            };
+            let (key, gone) = (node.key, !node.gpu && !node.cpu);
+            if gone {
+                self.by_engine.remove(h);
+            }
+            if gpu || cpu {
+                release(&mut self.held, key, gpu, cpu);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// The tier a block is held in, best first.
+    fn tier(&self, key: u64) -> Option<Medium> {
+        self.held
+            .get(&key)
+            .map(|c| if c.gpu > 0 { Medium::Gpu } else { Medium::Cpu })
+    }
+
+    /// How much of `keys` this instance holds, with `shared` (the L2 tier
+    /// every instance reaches) filling blocks it lacks.
+    pub fn matched(&self, keys: &[u64], shared: Option<&HeldIndex>, w: TierWeights) -> Held {
+        let mut out = Held::default();
+        for &k in keys {
+            let weight = match self.tier(k) {
+                Some(Medium::Gpu) => {
+                    out.gpu_blocks += 1;
+                    1.0
+                }
+                Some(Medium::Cpu) => w.cpu,
+                None if shared.is_some_and(|s| s.held.contains_key(&k)) => w.l2,
+                None => break,
+            };
+            out.blocks += 1;
+            out.weighted += weight;
+        }
+        out
+    }
+}
+
+fn release(held: &mut HashMap<u64, Copies>, key: u64, gpu: bool, cpu: bool) {
+    if let Some(c) = held.get_mut(&key) {
+        c.gpu -= u32::from(gpu && c.gpu > 0);
+        c.cpu -= u32::from(cpu && c.cpu > 0);
+        if c.gpu == 0 && c.cpu == 0 {
+            held.remove(&key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: TierWeights = TierWeights { cpu: 0.5, l2: 0.25 };
+
+    fn ids(n: u32) -> Vec<u32> {
+        (0..n).collect()
+    }
+
+    #[test]
+    fn events_and_requests_agree_on_keys_and_salts_separate() {
+        let tokens = ids(64);
+        let mut idx = HeldIndex::new(1000);
+        // Stored in two events, the second linked by the engine's parent hash.
+        idx.store(
+            &[100, 101],
+            None,
+            &tokens[..32],
+            16,
+            Medium::Gpu,
+            seed(None),
+        );
+        idx.store(&[102], Some(101), &tokens[32..48], 16, Medium::Gpu, 0);
+        let plain = token_keys(seed(None), &tokens, 16, 100);
+        assert_eq!(plain.len(), 4);
+        assert_eq!(idx.matched(&plain, None, W).blocks, 3);
+        let salted = token_keys(seed(Some("t1")), &tokens, 16, 100);
+        assert_eq!(
+            idx.matched(&salted, None, W).blocks,
+            0,
+            "another salt's blocks never count"
+        );
+        // An unknown parent cannot be keyed.
+        let a = idx.store(&[200], Some(999), &tokens[..16], 16, Medium::Gpu, 0);
+        assert_eq!((a.stored, a.dropped), (0, 1));
+    }
+
+    #[test]
+    fn removal_tiers_and_the_shared_tier() {
+        let tokens = ids(48);
+        let keys = token_keys(seed(None), &tokens, 16, 100);
+        let mut idx = HeldIndex::new(1000);
+        idx.store(&[1, 2, 3], None, &tokens, 16, Medium::Gpu, seed(None));
+        idx.store(&[2, 3], Some(1), &tokens[16..], 16, Medium::Cpu, 0);
+        assert_eq!(idx.matched(&keys, None, W).weighted, 3.0);
+        // Evicted from the GPU, still offloaded: counts at the CPU weight.
+        assert_eq!(idx.remove(&[2, 3], Medium::Gpu), 2);
+        let h = idx.matched(&keys, None, W);
+        assert_eq!((h.blocks, h.gpu_blocks, h.weighted), (3, 1, 2.0));
+        idx.remove(&[3], Medium::Cpu);
+        let mut shared = HeldIndex::new(10);
+        shared.store(&[9, 8, 7], None, &tokens, 16, Medium::Gpu, seed(None));
+        let h = idx.matched(&keys, Some(&shared), W);
+        assert_eq!((h.blocks, h.weighted), (3, 1.75));
+        idx.remove(&[1], Medium::Gpu);
+        assert_eq!(
+            idx.matched(&keys, None, W).blocks,
+            0,
+            "the first block gone ends the match"
+        );
+    }
+
+    #[test]
+    fn the_limit_bounds_memory_and_clear_empties() {
+        let tokens = ids(16 * 10);
+        let mut idx = HeldIndex::new(4);
+        let hashes: Vec<u64> = (0..10).collect();
+        let a = idx.store(&hashes, None, &tokens, 16, Medium::Gpu, seed(None));
+        assert_eq!((a.stored, a.dropped, idx.len()), (4, 6, 4));
+        idx.clear();
+        assert!(idx.is_empty());
+        let short = idx.store(&[1, 2], None, &tokens[..20], 16, Medium::Gpu, seed(None));
+        assert_eq!(
+            short.dropped, 2,
+            "fewer token ids than blocks is refused whole"
+        );
+    }
+
+    #[test]
+    fn a_reused_engine_hash_is_rekeyed() {
+        let (a, b) = (ids(16), vec![9u32; 16]);
+        let mut idx = HeldIndex::new(100);
+        idx.store(&[5], None, &a, 16, Medium::Gpu, seed(None));
+        idx.store(&[5], None, &b, 16, Medium::Gpu, seed(None));
+        let ka = token_keys(seed(None), &a, 16, 1);
+        let kb = token_keys(seed(None), &b, 16, 1);
+        assert_eq!(idx.matched(&ka, None, W).blocks, 0);
+        assert_eq!(idx.matched(&kb, None, W).blocks, 1);
+        assert_eq!(idx.len(), 1);
+    }
+}
