@@ -28,6 +28,7 @@ pub mod state;
 pub mod telemetry;
 pub mod tenancy;
 pub mod upstream;
+pub mod warmup;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -25,6 +25,8 @@ pub struct Endpoint {
     pub policy: Box<dyn Policy>,
     /// The shared KV tier's subscription (`kv_aware` with `shared_tier`).
     pub shared_tier: Option<Arc<Subscription>>,
+    /// Its hottest prefixes, for warming instances that join (kept across reloads).
+    pub hot: Arc<crate::warmup::HotPrefixes>,
 }
 
 /// Where one instance's matched blocks came from, for one request.
@@ -120,6 +122,9 @@ pub struct Runtime {
     pub client: reqwest::Client,
     /// Authentication, tenant limits and salts; counters carried across reloads.
     pub tenancy: Arc<crate::tenancy::Tenancy>,
+    /// Instances this build added to running endpoints, to be warmed:
+    /// (endpoint name, instance).
+    joined: Vec<(String, Arc<Instance>)>,
 }
 
 impl Runtime {
@@ -137,6 +142,7 @@ impl Runtime {
             .no_proxy()
             .build()?;
         let mut endpoints = Vec::with_capacity(config.endpoints.len());
+        let mut joined = Vec::new();
         let mut by_model = HashMap::new();
         let mut by_name = HashMap::new();
         for ec in &config.endpoints {
@@ -196,11 +202,22 @@ impl Runtime {
                 }
             }
             let shared_tier = shared_tier(ec, old.map(|o| o.as_ref()));
+            let hot = old.map_or_else(Arc::default, |o| Arc::clone(&o.hot));
+            // Instances new to a running endpoint are warmed before they serve.
+            if let (Some(o), Some(_)) = (old, ec.routing.warmup) {
+                for inst in &instances {
+                    if !o.instances.iter().any(|p| Arc::ptr_eq(p, inst)) {
+                        inst.set_warming(true);
+                        joined.push((ec.name.clone(), Arc::clone(inst)));
+                    }
+                }
+            }
             let ep = Arc::new(Endpoint {
                 config: ec.clone(),
                 instances,
                 policy,
                 shared_tier,
+                hot,
             });
             for m in &ec.models {
                 by_model.insert(m.clone(), Arc::clone(&ep));
@@ -217,6 +234,7 @@ impl Runtime {
             by_name,
             client,
             tenancy: Arc::new(tenancy),
+            joined,
         })
     }
 
@@ -283,11 +301,30 @@ impl AppState {
         })
     }
 
-    /// Validate-and-swap: build a new runtime from `config` and publish it atomically.
+    /// Validate-and-swap: build a new runtime from `config` and publish it
+    /// atomically; then warm the instances it added (`routing.warmup`).
     pub fn reload(&self, config: Config) -> Result<(), reqwest::Error> {
         let current = self.runtime.load();
-        let next = Runtime::build(config, Some(&current))?;
-        self.runtime.store(Arc::new(next));
+        let next = Arc::new(Runtime::build(config, Some(&current))?);
+        self.runtime.store(Arc::clone(&next));
+        for (name, inst) in &next.joined {
+            let Some(ep) = next.endpoint(name) else { continue };
+            let Some(cfg) = ep.config.routing.warmup else { continue };
+            let hot = ep.hot.top(cfg.prefixes);
+            let task = crate::warmup::warm(
+                next.client.clone(),
+                Arc::clone(inst),
+                hot,
+                cfg,
+                ep.config.upstream_authorization.clone(),
+            );
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => {
+                    h.spawn(task);
+                }
+                Err(_) => inst.set_warming(false),
+            }
+        }
         Ok(())
     }
 }

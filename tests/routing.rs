@@ -20,6 +20,8 @@ mod kv_aware;
 mod kv_frames;
 #[path = "routing/kv_sim.rs"]
 mod kv_sim;
+#[path = "routing/warmup.rs"]
+mod warmup;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;

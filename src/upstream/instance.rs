@@ -43,6 +43,8 @@ pub struct Instance {
     probe_streak: AtomicU32,
     /// A health probe has succeeded at least once (what `/ready` waits for).
     confirmed: AtomicBool,
+    /// Joined and being warmed: not offered to routing until done.
+    warming: AtomicBool,
 }
 
 /// Consecutive 5xx answers that eject an instance passively.
@@ -78,6 +80,7 @@ impl Instance {
             failures: AtomicU32::new(0),
             probe_streak: AtomicU32::new(0),
             confirmed: AtomicBool::new(false),
+            warming: AtomicBool::new(false),
         })
     }
 
@@ -124,8 +127,18 @@ impl Instance {
 
     /// Healthy and not cooling down.
     pub fn available(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed)
+        !self.warming.load(Ordering::Relaxed)
+            && self.healthy.load(Ordering::Relaxed)
             && self.cooldown_until.load(Ordering::Relaxed) <= now_ms()
+    }
+
+    /// Hold the instance back from routing while it is warmed (`warmup`).
+    pub fn set_warming(&self, on: bool) {
+        self.warming.store(on, Ordering::Relaxed);
+    }
+
+    pub fn is_warming(&self) -> bool {
+        self.warming.load(Ordering::Relaxed)
     }
 
     /// Estimated prefill tokens waiting here.
