@@ -140,17 +140,27 @@ impl RoutingConfig {
 }
 
 impl Config {
-    /// Parse and validate YAML text.
+    /// Parse and validate YAML text; relative file paths in it (tokenizers,
+    /// chat templates) are taken from the working directory.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
-        let raw: raw::RawConfig =
+        Self::from_yaml_in(text, None)
+    }
+
+    fn from_yaml_in(text: &str, base: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut raw: raw::RawConfig =
             serde_saphyr::from_str(text).map_err(|e| ConfigError::new("(file)", e.to_string()))?;
+        if let Some(base) = base {
+            raw.resolve_paths(base);
+        }
         validate::validate(raw)
     }
 
-    /// Read, parse and validate a file.
+    /// Read, parse and validate a file. Relative paths in it are relative to
+    /// the file's own directory, so `kvgate check` and `kvgate serve` agree
+    /// wherever they are run from.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::new("(file)", format!("{}: {e}", path.display())))?;
-        Self::from_yaml(&text)
+        Self::from_yaml_in(&text, path.parent())
     }
 }

@@ -110,6 +110,24 @@ pub struct RawRouting {
     pub warmup: Option<RawWarmup>,
 }
 
+impl RawConfig {
+    /// Make relative tokenizer and chat-template paths relative to `base`.
+    pub fn resolve_paths(&mut self, base: &std::path::Path) {
+        let fix = |p: &mut Option<String>| {
+            if let Some(s) = p.as_mut()
+                && !s.starts_with("tiktoken:")
+                && std::path::Path::new(s.as_str()).is_relative()
+            {
+                *s = base.join(&*s).display().to_string();
+            }
+        };
+        for ep in &mut self.endpoints {
+            fix(&mut ep.routing.tokenizer);
+            fix(&mut ep.routing.chat_template);
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSharedTier {
