@@ -308,8 +308,12 @@ impl AppState {
         let next = Arc::new(Runtime::build(config, Some(&current))?);
         self.runtime.store(Arc::clone(&next));
         for (name, inst) in &next.joined {
-            let Some(ep) = next.endpoint(name) else { continue };
-            let Some(cfg) = ep.config.routing.warmup else { continue };
+            let Some(ep) = next.endpoint(name) else {
+                continue;
+            };
+            let Some(cfg) = ep.config.routing.warmup else {
+                continue;
+            };
             let hot = ep.hot.top(cfg.prefixes);
             let task = crate::warmup::warm(
                 next.client.clone(),

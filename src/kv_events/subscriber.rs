@@ -146,7 +146,7 @@ async fn replay(feed: &Feed, from: u64, to: u64) -> Option<usize> {
             let parts: Vec<&[u8]> = m.iter().map(|b| b.as_ref()).collect();
             // [b"", seq, payload]; some publishers omit the empty delimiter.
             let (seq, payload) = match parts.as_slice() {
-                [b, seq, payload] if b.is_empty() => (wire::seq(seq).ok()?, *payload),
+                [[], seq, payload] => (wire::seq(seq).ok()?, *payload),
                 [seq, payload] => (wire::seq(seq).ok()?, *payload),
                 _ => return None,
             };

@@ -47,7 +47,8 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
     let started = Instant::now();
     let (loads, seen) = ep.view(&f.input);
     if ep.config.routing.warmup.is_some() {
-        ep.hot.record(f.input.key, f.path, &f.input.body, &f.input.chain);
+        ep.hot
+            .record(f.input.key, f.path, &f.input.body, &f.input.chain);
     }
     let request = f.input.routing_request();
     let plan = ep.policy.plan(&request, &loads);

@@ -36,11 +36,20 @@ pub struct HotPrefixes {
 
 impl HotPrefixes {
     /// Count one request with routing key `key`.
-    pub fn record(&self, key: u64, path: &'static str, body: &Bytes, chain: &std::sync::Arc<[u64]>) {
+    pub fn record(
+        &self,
+        key: u64,
+        path: &'static str,
+        body: &Bytes,
+        chain: &std::sync::Arc<[u64]>,
+    ) {
         if body.len() > MAX_BODY {
             return;
         }
-        let mut map = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(h) = map.get_mut(&key) {
             h.count += 1;
             h.body = body.clone();
@@ -66,9 +75,12 @@ impl HotPrefixes {
 
     /// The `n` most counted prefixes, hottest first.
     pub fn top(&self, n: usize) -> Vec<Hot> {
-        let map = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut all: Vec<&Hot> = map.values().collect();
-        all.sort_by(|a, b| b.count.cmp(&a.count));
+        all.sort_by_key(|h| std::cmp::Reverse(h.count));
         all.into_iter().take(n).cloned().collect()
     }
 }

@@ -25,7 +25,14 @@ pub use hot::HotPrefixes;
 fn one_token(body: &Bytes) -> Option<Bytes> {
     let mut v: Value = serde_json::from_slice(body).ok()?;
     let obj = v.as_object_mut()?;
-    for k in ["stream", "stream_options", "max_completion_tokens", "n", "logprobs", "top_logprobs"] {
+    for k in [
+        "stream",
+        "stream_options",
+        "max_completion_tokens",
+        "n",
+        "logprobs",
+        "top_logprobs",
+    ] {
         obj.remove(k);
     }
     obj.insert("max_tokens".into(), Value::from(1));
@@ -69,7 +76,11 @@ pub async fn warm(
             if ok && !h.chain.is_empty() {
                 instance.index.insert(&h.chain);
             }
-            telemetry::warmup(&instance.endpoint, &instance.id, if ok { "ok" } else { "error" });
+            telemetry::warmup(
+                &instance.endpoint,
+                &instance.id,
+                if ok { "ok" } else { "error" },
+            );
         }
     };
     if tokio::time::timeout(cfg.timeout, work).await.is_err() {

@@ -33,9 +33,17 @@ async fn a_joining_instance_is_warmed_with_the_hottest_prefixes_first() {
         assert_eq!(v["max_tokens"], 1, "{v}");
         assert!(v.get("stream").is_none());
         let content = v["messages"][0]["content"].as_str().unwrap();
-        assert!(hot.iter().any(|h| h == content), "warmed a prompt that is not hot");
+        assert!(
+            hot.iter().any(|h| h == content),
+            "warmed a prompt that is not hot"
+        );
     }
-    let ok = metric(&gw, "kvgate_warmup_requests_total", &["endpoint=\"warm\"", "result=\"ok\""]).await;
+    let ok = metric(
+        &gw,
+        "kvgate_warmup_requests_total",
+        &["endpoint=\"warm\"", "result=\"ok\""],
+    )
+    .await;
     assert_eq!(ok, 2.0);
     // Once warm it takes traffic, and the gateway knows what it holds.
     let rt = gw.state.runtime.load_full();
