@@ -335,3 +335,44 @@ async fn event_learned_blocks_count_only_for_the_tenant_that_produced_them() {
     let e = explain(&gw, Some(KEY_B), &body).await;
     assert_eq!(at(&e, &zid)["held_prefix_blocks"], 0, "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_in_a_shared_tier_count_for_every_instance_below_a_local_hit() {
+    let ups = upstreams(3).await;
+    let mut pubs = publishers(3, Encoding::Map).await;
+    let mut l2 = Publisher::start(Encoding::Map).await;
+    let shared = format!(
+        "shared_tier: {{ kv_events: \"{}\", kv_replay: \"{}\", weight: 0.5 }}",
+        l2.events_url, l2.replay_url
+    );
+    let gw = Gateway::start(&kv_yaml(&ups, &pubs, &[&shared], "")).await;
+    subscribed(&[&gw], &mut pubs).await;
+    let body = chat("glaciology");
+    let ids = tokens(&body);
+    let blocks = ids.len() as u64 / 16;
+    // The shared store holds the whole prompt: every instance can load it.
+    let mut heard = false;
+    for _ in 0..500 {
+        l2.send(vec![]).await;
+        let stored = l2.stored(40, None, &ids, 16, None);
+        l2.send(vec![stored]).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let e = explain(&gw, None, &body).await;
+        if (0..3).all(|i| at(&e, &format!("u{i}"))["held_prefix_blocks"] == blocks) {
+            heard = true;
+            // Half weight: matched blocks are half the prompt's.
+            assert_eq!(at(&e, "u0")["matched_blocks"], blocks / 2, "{e}");
+            assert_eq!(at(&e, "u0")["held_prefix_gpu_blocks"], 0);
+            break;
+        }
+    }
+    assert!(heard, "the shared tier's blocks never counted");
+    // One instance also holds it on its GPU: it wins over the shared tier.
+    let e = explain(&gw, None, &body).await;
+    let holder = (0..3).find(|i| e["chosen"] != format!("u{i}").as_str()).unwrap();
+    let stored = pubs[holder].stored(70, None, &ids, 16, None);
+    pubs[holder].send(vec![stored]).await;
+    let id = format!("u{holder}");
+    let e = explained(&gw, None, &body, |e| e["chosen"] == id.as_str()).await;
+    assert_eq!(at(&e, &id)["matched_blocks"], blocks);
+}
