@@ -18,6 +18,8 @@ mod cache_index;
 mod kv_aware;
 #[path = "routing/kv_frames.rs"]
 mod kv_frames;
+#[path = "routing/kv_libzmq.rs"]
+mod kv_libzmq;
 #[path = "routing/kv_sim.rs"]
 mod kv_sim;
 #[path = "routing/warmup.rs"]
