@@ -9,6 +9,8 @@ FROM debian:bookworm-slim
 RUN useradd --system --uid 10001 --no-create-home kvgate
 COPY --from=build /src/target/release/kvgate /usr/local/bin/kvgate
 COPY config.example.yaml /etc/kvgate/config.yaml
+# The example's kv_aware endpoint names this tokenizer, relative to the config file.
+COPY fixtures/smollm2 /etc/kvgate/fixtures/smollm2
 USER 10001
 EXPOSE 8080
 # The image has no curl; the binary probes its own /health.
