@@ -148,6 +148,11 @@ pub struct LongestArgs {
 }
 
 fn parse_strategy(s: &str) -> Result<Strategy, String> {
+    if Strategy::parse(s) == Some(Strategy::KvAware) {
+        // Offline there are no engines to publish events: the load benchmark
+        // (crates/kvgate-bench) measures kv_aware against the simulated fleet.
+        return Err("kv_aware routes on live KV events; simulate it with kvgate-loadbench (crates/kvgate-bench)".to_owned());
+    }
     Strategy::parse(s).ok_or_else(|| {
         format!(
             "unknown strategy {s:?} (prefix_aware, longest_prefix, random, round_robin, least_outstanding_requests)"
