@@ -273,6 +273,22 @@ mod tests {
     }
 
     #[test]
+    fn a_tiktoken_encoding_can_stand_for_a_file() {
+        let c = Config::from_yaml(&yaml(
+            "      strategy: kv_aware\n      tokenizer: \"tiktoken:o200k_harmony\"\n",
+            "",
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let kv = c.endpoints[0]
+            .routing
+            .kv
+            .as_ref()
+            .unwrap_or_else(|| panic!("no kv"));
+        assert_eq!(kv.tokenizer.name(), "tiktoken:o200k_harmony");
+        assert!(!kv.tokenizer.encode("Hello, world", false).is_empty());
+    }
+
+    #[test]
     fn kv_aware_mistakes_name_the_key() {
         let e = err(&yaml("      strategy: kv_aware\n", ""));
         assert!(e.contains("routing.tokenizer"), "{e}");

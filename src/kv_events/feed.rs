@@ -73,6 +73,8 @@ pub struct Feed {
     pub replay_url: Option<String>,
     pub counters: Counters,
     connected: AtomicBool,
+    /// The last `trust` found it silent (to log the change once).
+    was_silent: AtomicBool,
     silence: Duration,
     state: Mutex<State>,
 }
@@ -91,6 +93,7 @@ impl Feed {
             replay_url: replay_url.map(str::to_owned),
             counters: Counters::default(),
             connected: AtomicBool::new(false),
+            was_silent: AtomicBool::new(false),
             silence,
             state: Mutex::new(State {
                 index: HeldIndex::new(limit),
@@ -121,14 +124,22 @@ impl Feed {
             return Trust::Disconnected;
         }
         let st = self.lock();
-        if st
+        let silent = st
             .awaiting
-            .is_some_and(|t| now.saturating_duration_since(t) > self.silence)
-        {
-            return Trust::Silent;
+            .is_some_and(|t| now.saturating_duration_since(t) > self.silence);
+        let age = st.last_batch.map(|t| now.saturating_duration_since(t));
+        drop(st);
+        if self.was_silent.swap(silent, Ordering::Relaxed) != silent {
+            if silent {
+                tracing::warn!(endpoint = %self.labels.0, instance = %self.labels.1, events = %self.events_url, silence = ?self.silence, "KV events went silent after requests that must store blocks; approximate index until they resume");
+            } else {
+                tracing::info!(endpoint = %self.labels.0, instance = %self.labels.1, "KV events resumed");
+            }
         }
-        Trust::Live {
-            age: st.last_batch.map(|t| now.saturating_duration_since(t)),
+        if silent {
+            Trust::Silent
+        } else {
+            Trust::Live { age }
         }
     }
 

@@ -369,7 +369,9 @@ async fn blocks_in_a_shared_tier_count_for_every_instance_below_a_local_hit() {
     assert!(heard, "the shared tier's blocks never counted");
     // One instance also holds it on its GPU: it wins over the shared tier.
     let e = explain(&gw, None, &body).await;
-    let holder = (0..3).find(|i| e["chosen"] != format!("u{i}").as_str()).unwrap();
+    let holder = (0..3)
+        .find(|i| e["chosen"] != format!("u{i}").as_str())
+        .unwrap();
     let stored = pubs[holder].stored(70, None, &ids, 16, None);
     pubs[holder].send(vec![stored]).await;
     let id = format!("u{holder}");

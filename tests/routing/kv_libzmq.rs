@@ -24,7 +24,10 @@ struct PyPublisher {
 
 impl PyPublisher {
     async fn start(encoding: &str) -> Self {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/vllm_kv_publisher.py");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/sdk/vllm_kv_publisher.py"
+        );
         let mut child = tokio::process::Command::new("python3")
             .args([script, encoding])
             .stdin(Stdio::piped())
@@ -48,7 +51,10 @@ impl PyPublisher {
     }
 
     async fn cmd(&mut self, c: Value) {
-        self.stdin.write_all(format!("{c}\n").as_bytes()).await.unwrap();
+        self.stdin
+            .write_all(format!("{c}\n").as_bytes())
+            .await
+            .unwrap();
         let ack = self.stdout.next_line().await.unwrap().unwrap();
         assert!(ack.starts_with("ok "), "{ack}");
     }
@@ -63,7 +69,10 @@ fn store(first: u64, tokens: &[u32]) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_libzmq_msgspec_publisher_is_followed_in_both_encodings_with_replay() {
     for enc in ["array", "map"] {
-        let ups = [Upstream::start("u0", Mode::Json).await, Upstream::start("u1", Mode::Json).await];
+        let ups = [
+            Upstream::start("u0", Mode::Json).await,
+            Upstream::start("u1", Mode::Json).await,
+        ];
         let mut py = PyPublisher::start(enc).await;
         let yaml = format!(
             "endpoints:\n  - name: kv\n    models: [\"m\"]\n    instances:\n      - {{ id: u0, url: \"{}\" }}\n      - {{ id: u1, url: \"{}\", kv_events: \"{}\", kv_replay: \"{}\" }}\n    routing:\n      strategy: kv_aware\n      tokenizer: \"{}\"\n",
@@ -76,7 +85,12 @@ async fn a_libzmq_msgspec_publisher_is_followed_in_both_encodings_with_replay() 
         let gw = Gateway::start(&yaml).await;
         let rt = gw.state.runtime.load_full();
         let feed = rt.endpoint("kv").unwrap().instances[1].kv_feed().unwrap();
-        let batches = || feed.feed.counters.batches.load(std::sync::atomic::Ordering::Relaxed);
+        let batches = || {
+            feed.feed
+                .counters
+                .batches
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
         for round in 0.. {
             py.cmd(json!({"empty": true})).await;
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -105,12 +119,14 @@ async fn a_libzmq_msgspec_publisher_is_followed_in_both_encodings_with_replay() 
             }
         };
         let a = body("turbines");
-        py.cmd(store(100, &tok.chat(&a, usize::MAX).unwrap().ids)).await;
+        py.cmd(store(100, &tok.chat(&a, usize::MAX).unwrap().ids))
+            .await;
         let e = wait_for(a).await;
         assert_eq!(at(&e, "u1")["source"], "events");
         // A batch lost on the way, then the next one: the replay socket refills it.
         let b = body("compressors");
-        py.cmd(json!({"skip": store(500, &tok.chat(&b, usize::MAX).unwrap().ids)})).await;
+        py.cmd(json!({"skip": store(500, &tok.chat(&b, usize::MAX).unwrap().ids)}))
+            .await;
         py.cmd(json!({"empty": true})).await;
         let e = wait_for(b).await;
         assert_eq!(at(&e, "u1")["kv_events"]["gaps"], 1, "{enc}");
