@@ -19,6 +19,7 @@ pub mod demo;
 pub mod error;
 pub mod explain;
 pub mod kv_events;
+pub mod kv_prompt;
 pub mod middleware;
 pub mod route_input;
 pub mod routing;

@@ -22,6 +22,8 @@ mod kv_frames;
 mod kv_libzmq;
 #[path = "routing/kv_sim.rs"]
 mod kv_sim;
+#[path = "routing/kv_tiers.rs"]
+mod kv_tiers;
 #[path = "routing/warmup.rs"]
 mod warmup;
 

@@ -1,0 +1,88 @@
+//! The prompt as the engine will see it (`kv_aware`): the engine-visible
+//! `cache_salt`, the chat template and tokenizer (as far as the index can
+//! match), and the keys of the full blocks of those tokens.
+
+use kvgate_prefix::Api;
+use serde_json::Value;
+
+use crate::state::Runtime;
+
+/// A prompt as the engine will see it: what `kv_aware` looks up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvPrompt {
+    /// Keys of its full engine blocks (`routing::held::token_keys`).
+    pub keys: Vec<u64>,
+    /// Tokens the tokenizer produced (at most the blocks the index can match).
+    pub tokens: usize,
+    /// The prompt went on past what was tokenized.
+    pub truncated: bool,
+    /// The first block's salt-blind key and the engine-visible `cache_salt`,
+    /// when the prompt has one: how an event that does not report its salt
+    /// is attributed to this request's tenant.
+    pub salted_root: Option<(u64, String)>,
+}
+
+/// The `cache_salt` the engine will see: the tenant's when isolation salting
+/// is on (the admission layer sets it), else the client's own.
+pub fn engine_salt(runtime: &Runtime, body: &Value, tenant: &str) -> Option<String> {
+    match &runtime.config.tenancy.salt_secret {
+        Some(secret) => Some(crate::tenancy::salt::for_tenant(secret, tenant)),
+        None => body
+            .get("cache_salt")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned),
+    }
+}
+
+/// Tokenize as the engine will, as far as the index can match. A prompt that
+/// cannot be tokenized (no chat template, a template that rejects it) is
+/// routed by the approximate index instead: never an error for the client.
+pub fn kv_prompt(
+    kv: &crate::config::kv_aware::KvAwareConfig,
+    max_blocks: usize,
+    api: Api,
+    body: &Value,
+    salt: Option<String>,
+) -> Option<KvPrompt> {
+    let limit = max_blocks.saturating_mul(kv.block_size);
+    let tok = &kv.tokenizer;
+    let tokens = match api {
+        Api::Chat => tok.chat(body, limit),
+        Api::Completions => tok.completion(body.get("prompt")?, limit),
+        Api::Native => {
+            if body.get("messages").is_some() {
+                tok.chat(body, limit)
+            } else if let Some(p) = body.get("prompt") {
+                tok.completion(p, limit)
+            } else {
+                let text = body.get("inputs")?.as_str()?;
+                let mut ids = tok.encode(text, true);
+                let truncated = ids.len() > limit;
+                ids.truncate(limit);
+                Ok(kvgate_tokenize::Tokens { ids, truncated })
+            }
+        }
+    };
+    let tokens = match tokens {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!(error = %e, "prompt not tokenized; approximate index");
+            crate::telemetry::kv_untokenized();
+            return None;
+        }
+    };
+    let ids = &tokens.ids;
+    let seed = crate::routing::held::seed(salt.as_deref());
+    let keys = crate::routing::held::token_keys(seed, ids, kv.block_size, max_blocks);
+    let salted_root = salt.filter(|_| ids.len() >= kv.block_size).map(|s| {
+        let root = crate::routing::held::root_content_key(&ids[..kv.block_size]);
+        (root, s)
+    });
+    Some(KvPrompt {
+        keys,
+        tokens: ids.len(),
+        truncated: tokens.truncated,
+        salted_root,
+    })
+}

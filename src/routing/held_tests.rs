@@ -1,0 +1,90 @@
+//! The event-fed index: keys agree with requests, salts separate, tiers weigh, limits bound.
+use super::*;
+
+const W: TierWeights = TierWeights { cpu: 0.5, l2: 0.25 };
+
+fn ids(n: u32) -> Vec<u32> {
+    (0..n).collect()
+}
+
+#[test]
+fn events_and_requests_agree_on_keys_and_salts_separate() {
+    let tokens = ids(64);
+    let mut idx = HeldIndex::new(1000);
+    // Stored in two events, the second linked by the engine's parent hash.
+    idx.store(
+        &[100, 101],
+        None,
+        &tokens[..32],
+        16,
+        Medium::Gpu,
+        seed(None),
+    );
+    idx.store(&[102], Some(101), &tokens[32..48], 16, Medium::Gpu, 0);
+    let plain = token_keys(seed(None), &tokens, 16, 100);
+    assert_eq!(plain.len(), 4);
+    assert_eq!(idx.matched(&plain, None, W).blocks, 3);
+    let salted = token_keys(seed(Some("t1")), &tokens, 16, 100);
+    assert_eq!(
+        idx.matched(&salted, None, W).blocks,
+        0,
+        "another salt's blocks never count"
+    );
+    // An unknown parent cannot be keyed.
+    let a = idx.store(&[200], Some(999), &tokens[..16], 16, Medium::Gpu, 0);
+    assert_eq!((a.stored, a.dropped), (0, 1));
+}
+
+#[test]
+fn removal_tiers_and_the_shared_tier() {
+    let tokens = ids(48);
+    let keys = token_keys(seed(None), &tokens, 16, 100);
+    let mut idx = HeldIndex::new(1000);
+    idx.store(&[1, 2, 3], None, &tokens, 16, Medium::Gpu, seed(None));
+    idx.store(&[2, 3], Some(1), &tokens[16..], 16, Medium::Cpu, 0);
+    assert_eq!(idx.matched(&keys, None, W).weighted, 3.0);
+    // Evicted from the GPU, still offloaded: counts at the CPU weight.
+    assert_eq!(idx.remove(&[2, 3], Medium::Gpu), 2);
+    let h = idx.matched(&keys, None, W);
+    assert_eq!((h.blocks, h.gpu_blocks, h.weighted), (3, 1, 2.0));
+    idx.remove(&[3], Medium::Cpu);
+    let mut shared = HeldIndex::new(10);
+    shared.store(&[9, 8, 7], None, &tokens, 16, Medium::Gpu, seed(None));
+    let h = idx.matched(&keys, Some(&shared), W);
+    assert_eq!((h.blocks, h.weighted), (3, 1.75));
+    idx.remove(&[1], Medium::Gpu);
+    assert_eq!(
+        idx.matched(&keys, None, W).blocks,
+        0,
+        "the first block gone ends the match"
+    );
+}
+
+#[test]
+fn the_limit_bounds_memory_and_clear_empties() {
+    let tokens = ids(16 * 10);
+    let mut idx = HeldIndex::new(4);
+    let hashes: Vec<u64> = (0..10).collect();
+    let a = idx.store(&hashes, None, &tokens, 16, Medium::Gpu, seed(None));
+    assert_eq!((a.stored, a.dropped, idx.len()), (4, 6, 4));
+    idx.clear();
+    assert!(idx.is_empty());
+    let short = idx.store(&[1, 2], None, &tokens[..20], 16, Medium::Gpu, seed(None));
+    assert_eq!(
+        short.dropped, 2,
+        "fewer token ids than blocks is refused whole"
+    );
+}
+
+#[test]
+fn a_reused_engine_hash_is_rekeyed() {
+    let (a, b) = (ids(16), vec![9u32; 16]);
+    let mut idx = HeldIndex::new(100);
+    idx.store(&[5], None, &a, 16, Medium::Gpu, seed(None));
+    idx.store(&[5], None, &b, 16, Medium::Gpu, seed(None));
+    let ka = token_keys(seed(None), &a, 16, 1);
+    let kb = token_keys(seed(None), &b, 16, 1);
+    assert_eq!(idx.matched(&ka, None, W).blocks, 0);
+    assert_eq!(idx.matched(&kb, None, W).blocks, 1);
+    assert_eq!(idx.len(), 1);
+}
