@@ -20,25 +20,15 @@ use kvgate_prefix::Api;
 use rmpv::Value;
 use zeromq::{Socket, SocketSend, ZmqMessage};
 
+mod common;
+
 const TOKENIZER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/fixtures/smollm2/tokenizer.json"
 );
 
 fn body(bytes: usize, last: &str) -> serde_json::Value {
-    let system =
-        "You are a meticulous assistant for the ACME support team. ".repeat(bytes / 2 / 58 + 1);
-    let mut messages = vec![serde_json::json!({"role": "system", "content": system})];
-    let mut used = system.len();
-    let mut turn = 0;
-    while used < bytes {
-        let text = format!("Turn {turn}: could you explain the previous answer in more detail? ")
-            .repeat(20);
-        used += text.len();
-        let role = if turn % 2 == 0 { "user" } else { "assistant" };
-        messages.push(serde_json::json!({"role": role, "content": text}));
-        turn += 1;
-    }
+    let mut messages = common::conversation(bytes);
     messages.push(serde_json::json!({"role": "user", "content": last}));
     serde_json::json!({"model": "m", "stream": true, "messages": messages})
 }

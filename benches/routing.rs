@@ -17,6 +17,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use kvgate::routing::{self, BlockIndex, Load, PolicySpec, Request, Strategy};
 use kvgate_prefix::Api;
 
+mod common;
+
 /// Live heap bytes, to measure the index (std has no such counter).
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -69,19 +71,7 @@ fn placement(c: &mut Criterion) {
 }
 
 fn chat_body(bytes: usize) -> Vec<u8> {
-    let system =
-        "You are a meticulous assistant for the ACME support team. ".repeat(bytes / 2 / 58 + 1);
-    let mut messages = vec![serde_json::json!({"role": "system", "content": system})];
-    let mut used = system.len();
-    let mut turn = 0;
-    while used < bytes {
-        let text = format!("Turn {turn}: could you explain the previous answer in more detail? ")
-            .repeat(20);
-        used += text.len();
-        let role = if turn % 2 == 0 { "user" } else { "assistant" };
-        messages.push(serde_json::json!({"role": role, "content": text}));
-        turn += 1;
-    }
+    let messages = common::conversation(bytes);
     serde_json::to_vec(&serde_json::json!({"model": "m", "stream": true, "messages": messages}))
         .unwrap()
 }

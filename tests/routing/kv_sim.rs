@@ -11,7 +11,7 @@ use kvgate_tokenize::PromptTokenizer;
 use serde_json::{Value, json};
 
 use super::cache_aware::{at, explain};
-use super::kv_aware::tokenizer_path;
+use super::kv_aware::{batches, tokenizer_path};
 use crate::common::*;
 
 const MODEL: &str = "cache-model";
@@ -68,17 +68,6 @@ async fn direct(sim: &SimHandle, body: &Value) {
         .unwrap();
     assert_eq!(r.status(), 200);
     r.bytes().await.unwrap();
-}
-
-fn batches(gw: &Gateway, i: usize) -> u64 {
-    let rt = gw.state.runtime.load_full();
-    let inst = &rt.endpoint("kv").unwrap().instances[i];
-    inst.kv_feed().map_or(0, |s| {
-        s.feed
-            .counters
-            .batches
-            .load(std::sync::atomic::Ordering::Relaxed)
-    })
 }
 
 /// Until the gateway hears each sim (its SUB misses what precedes its subscription).
