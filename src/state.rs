@@ -11,6 +11,7 @@ use arc_swap::ArcSwap;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::config::{Config, EndpointConfig};
+use crate::kv_events::feed::FeedSettings;
 use crate::kv_events::{Feed, Subscription, Trust};
 use crate::route_input::RouteInput;
 use crate::routing::held::TierWeights;
@@ -181,25 +182,23 @@ impl Runtime {
                 block_chars: ec.routing.block_chars,
                 block_size: ec.routing.kv.as_ref().map_or(16, |k| k.block_size),
             });
-            if let Some(kv) = ec
+            let kv = ec
                 .routing
                 .kv
                 .as_ref()
-                .filter(|_| ec.routing.strategy.uses_events())
-            {
-                for (inst, ic) in instances.iter().zip(&ec.instances) {
-                    let capacity = ic.cache_tokens / kv.block_size.max(1);
-                    inst.follow_kv_events(
-                        ic.kv_events.as_deref(),
-                        ic.kv_replay.as_deref(),
-                        kv.silence,
-                        held_limit(capacity),
-                    );
+                .filter(|_| ec.routing.strategy.uses_events());
+            for (inst, ic) in instances.iter().zip(&ec.instances) {
+                let block_size = kv.map_or(16, |k| k.block_size.max(1));
+                let settings = FeedSettings {
+                    silence: kv.map_or(std::time::Duration::ZERO, |k| k.silence),
+                    limit: held_limit(ic.cache_tokens / block_size),
+                    block_size,
+                };
+                let events = kv.and(ic.kv_events.as_deref());
+                if kv.is_some() && events.is_none() {
+                    tracing::warn!(endpoint = %ec.name, instance = %ic.id, "kv_aware instance without kv_events: routed by the approximate index");
                 }
-            } else {
-                for inst in &instances {
-                    inst.follow_kv_events(None, None, std::time::Duration::ZERO, 0);
-                }
+                inst.follow_kv_events(events, ic.kv_replay.as_deref(), settings);
             }
             let shared_tier = shared_tier(ec, old.map(|o| o.as_ref()));
             let hot = old.map_or_else(Arc::default, |o| Arc::clone(&o.hot));
@@ -277,8 +276,11 @@ fn shared_tier(ec: &EndpointConfig, old: Option<&Endpoint>) -> Option<Arc<Subscr
             (&ec.name, "shared_tier"),
             &tier.kv_events,
             tier.kv_replay.as_deref(),
-            kv.silence,
-            held_limit(ec.routing.cache_tokens / kv.block_size.max(1)),
+            FeedSettings {
+                silence: kv.silence,
+                limit: held_limit(ec.routing.cache_tokens / kv.block_size.max(1)),
+                block_size: kv.block_size,
+            },
         ))
         .map(Arc::new)
     })

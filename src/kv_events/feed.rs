@@ -20,6 +20,17 @@ use crate::telemetry;
 /// Salts of recently sent prompts, by their first block's content key.
 const PENDING_SALTS: usize = 4096;
 
+/// How a feed judges and bounds what it hears.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeedSettings {
+    /// Unanswered requests older than this make the publisher silent.
+    pub silence: Duration,
+    /// Most engine blocks kept.
+    pub limit: usize,
+    /// The endpoint's `block_size`: events of another size cannot be matched.
+    pub block_size: usize,
+}
+
 #[derive(Debug, Default)]
 pub struct Counters {
     pub batches: AtomicU64,
@@ -75,7 +86,9 @@ pub struct Feed {
     connected: AtomicBool,
     /// The last `trust` found it silent (to log the change once).
     was_silent: AtomicBool,
-    silence: Duration,
+    /// A block size other than the endpoint's was reported (logged once).
+    warned_block_size: AtomicBool,
+    pub settings: FeedSettings,
     state: Mutex<State>,
 }
 
@@ -84,8 +97,7 @@ impl Feed {
         (endpoint, instance): (&str, &str),
         events_url: &str,
         replay_url: Option<&str>,
-        silence: Duration,
-        limit: usize,
+        settings: FeedSettings,
     ) -> Self {
         Self {
             labels: (endpoint.to_owned(), instance.to_owned()),
@@ -94,9 +106,10 @@ impl Feed {
             counters: Counters::default(),
             connected: AtomicBool::new(false),
             was_silent: AtomicBool::new(false),
-            silence,
+            warned_block_size: AtomicBool::new(false),
+            settings,
             state: Mutex::new(State {
-                index: HeldIndex::new(limit),
+                index: HeldIndex::new(settings.limit),
                 pending: lru::LruCache::new(
                     std::num::NonZeroUsize::new(PENDING_SALTS)
                         .unwrap_or(std::num::NonZeroUsize::MIN),
@@ -126,12 +139,12 @@ impl Feed {
         let st = self.lock();
         let silent = st
             .awaiting
-            .is_some_and(|t| now.saturating_duration_since(t) > self.silence);
+            .is_some_and(|t| now.saturating_duration_since(t) > self.settings.silence);
         let age = st.last_batch.map(|t| now.saturating_duration_since(t));
         drop(st);
         if self.was_silent.swap(silent, Ordering::Relaxed) != silent {
             if silent {
-                tracing::warn!(endpoint = %self.labels.0, instance = %self.labels.1, events = %self.events_url, silence = ?self.silence, "KV events went silent after requests that must store blocks; approximate index until they resume");
+                tracing::warn!(endpoint = %self.labels.0, instance = %self.labels.1, events = %self.events_url, silence = ?self.settings.silence, "KV events went silent after requests that must store blocks; approximate index until they resume");
             } else {
                 tracing::info!(endpoint = %self.labels.0, instance = %self.labels.1, "KV events resumed");
             }
@@ -219,6 +232,15 @@ impl Feed {
                 } => {
                     if *lora {
                         // Adapter blocks never match a base-model request.
+                        dropped += hashes.len() as u64;
+                        continue;
+                    }
+                    if *block_size != self.settings.block_size {
+                        // Keys of other-sized blocks never equal a request's:
+                        // a misconfiguration to name, not to route on.
+                        if !self.warned_block_size.swap(true, Ordering::Relaxed) {
+                            tracing::error!(endpoint = %self.labels.0, instance = %self.labels.1, reported = *block_size, configured = self.settings.block_size, "KV events report another block size than routing.block_size; set it to vLLM's --block-size");
+                        }
                         dropped += hashes.len() as u64;
                         continue;
                     }

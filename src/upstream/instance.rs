@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::kv_events::feed::FeedSettings;
 use crate::kv_events::{Feed, Subscription};
 use crate::routing::{BlockIndex, Load};
 use crate::telemetry;
@@ -90,14 +91,15 @@ impl Instance {
         &self,
         events: Option<&str>,
         replay: Option<&str>,
-        silence: Duration,
-        limit: usize,
+        settings: FeedSettings,
     ) {
         let current = self.kv.load();
         let same = match (current.as_deref(), events) {
             (None, None) => true,
             (Some(sub), Some(url)) => {
-                sub.feed.events_url == url && sub.feed.replay_url.as_deref() == replay
+                sub.feed.events_url == url
+                    && sub.feed.replay_url.as_deref() == replay
+                    && sub.feed.settings == settings
             }
             _ => false,
         };
@@ -105,13 +107,7 @@ impl Instance {
             return;
         }
         let next = events.and_then(|url| {
-            Subscription::start(Feed::new(
-                (&self.endpoint, &self.id),
-                url,
-                replay,
-                silence,
-                limit,
-            ))
+            Subscription::start(Feed::new((&self.endpoint, &self.id), url, replay, settings))
         });
         self.kv.store(next.map(Arc::new));
     }

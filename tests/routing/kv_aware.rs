@@ -268,3 +268,22 @@ async fn two_replicas_on_the_same_publishers_agree() {
         assert_eq!(c1["chosen"], c2["chosen"], "topic {topic}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_of_another_size_than_block_size_are_dropped_not_matched() {
+    let ups = upstreams(2).await;
+    let mut pubs = publishers(2, Encoding::Array).await;
+    let gw = Gateway::start(&kv_yaml(&ups, &pubs, &[], "")).await;
+    subscribed(&[&gw], &mut pubs).await;
+    let body = chat("metallurgy");
+    let ids = tokens(&body);
+    // vLLM started with --block-size 32 against routing.block_size 16.
+    let stored = pubs[1].stored(1, None, &ids, 32, None);
+    pubs[1].send(vec![stored]).await;
+    let e = explained(&gw, None, &body, |e| {
+        at(e, "u1")["kv_events"]["dropped"].as_u64() > Some(0)
+    })
+    .await;
+    assert_eq!(at(&e, "u1")["held_prefix_blocks"], 0);
+    assert_eq!(at(&e, "u1")["kv_events"]["held_blocks"], 0);
+}
