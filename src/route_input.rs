@@ -99,7 +99,8 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
 fn json_error(e: &JsonError) -> ApiError {
     ApiError::new(
         ErrorKind::InvalidJson,
-        format!("request body is not valid JSON: {e}"),
+        // The parser's message already says what and where.
+        e.to_string(),
     )
 }
 
@@ -109,9 +110,17 @@ fn invalid(param: &str, message: impl Into<String>) -> ApiError {
 
 /// The partition from the prefix-aware-id header, validated.
 fn header_partition(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(v) = headers.get(PREFIX_AWARE_ID_HEADER) else {
+    let mut all = headers.get_all(PREFIX_AWARE_ID_HEADER).iter();
+    let Some(v) = all.next() else {
         return Ok(None);
     };
+    if all.next().is_some() {
+        // "First one wins" would route by one and forward both.
+        return Err(invalid(
+            PREFIX_AWARE_ID_HEADER,
+            "X-Amzn-SageMaker-Prefix-Aware-Id must be sent once",
+        ));
+    }
     let s = v.to_str().ok().filter(|s| kvgate_prefix::is_valid_partition_id(s)).ok_or_else(|| {
         invalid(
             PREFIX_AWARE_ID_HEADER,

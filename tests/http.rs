@@ -197,6 +197,7 @@ fn bad_inputs() -> Vec<BadInput> {
         ("10,000-digit number", native, None, format!("{{\"inputs\":{}}}", "9".repeat(10_000)).into_bytes(), 400, "invalid_json"),
         ("messages not an array", chat, None, br#"{"model":"test-model","messages":"hi"}"#.to_vec(), 400, "invalid_request"),
         ("message not an object", chat, None, br#"{"model":"test-model","messages":["hi"]}"#.to_vec(), 400, "invalid_request"),
+        ("messages empty", chat, None, br#"{"model":"test-model","messages":[]}"#.to_vec(), 400, "invalid_request"),
         ("messages missing", chat, None, br#"{"model":"test-model"}"#.to_vec(), 400, "invalid_request"),
         ("model missing", chat, None, format!("{{{ok_msgs}}}").into_bytes(), 400, "invalid_request"),
         ("model not a string", chat, None, format!(r#"{{"model":7,{ok_msgs}}}"#).into_bytes(), 400, "invalid_request"),
@@ -237,6 +238,11 @@ async fn bad_input_is_a_4xx_in_openai_shape_and_never_forwarded() {
             "{what}: {v}"
         );
         assert!(v["error"]["type"].is_string(), "{what}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.matches("not valid JSON").count() <= 1,
+            "{what}: the message repeats itself: {message}"
+        );
         assert_eq!(up.hits(), 0, "{what} was forwarded upstream");
     }
     // Wrong method on a known route.
@@ -250,6 +256,28 @@ async fn bad_input_is_a_4xx_in_openai_shape_and_never_forwarded() {
     let resp = gw.chat(&chat_body(MODEL, "s", "q", false)).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(up.hits(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_prefix_aware_id_headers_are_a_400_not_first_one_wins() {
+    let up = Upstream::start("u0", Mode::Json).await;
+    let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
+    let resp = client()
+        .post(gw.url("/endpoints/chat/invocations"))
+        .header("content-type", "application/json")
+        .header("x-amzn-sagemaker-prefix-aware-id", "a")
+        .header("x-amzn-sagemaker-prefix-aware-id", "b")
+        .body(r#"{"inputs":"x"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(
+        v["error"]["param"], "x-amzn-sagemaker-prefix-aware-id",
+        "{v}"
+    );
+    assert_eq!(up.hits(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,7 +69,8 @@ fn reserialise(body: &Bytes, salt: &str) -> Result<Bytes, ApiError> {
     let mut value = kvgate_prefix::parse_strict(body).map_err(|e| {
         ApiError::new(
             ErrorKind::InvalidJson,
-            format!("request body is not valid JSON: {e}"),
+            // The parser's message already says what and where.
+            e.to_string(),
         )
     })?;
     let Value::Object(obj) = &mut value else {

@@ -212,7 +212,7 @@ proptest! {
                     value().prop_map(|v| serde_json::json!({"type": "image_url", "image_url": v})),
                 ], 0..4).prop_map(Value::Array),
             ]),
-            0..5,
+            1..5,
         ),
         tools in prop::option::of(value()),
         max in 0usize..400,

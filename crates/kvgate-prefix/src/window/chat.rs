@@ -44,6 +44,13 @@ const _: () = assert!(ESC as u32 == 0x1b && SUB as u32 == 0x1a && US as u32 == 0
 /// window is never copied or canonicalised.
 pub fn chat_window(body: &Value, max_chars: usize) -> Result<String, ShapeError> {
     let messages = match body.get("messages") {
+        // OpenAI answers an empty conversation with a 400 too.
+        Some(Value::Array(messages)) if messages.is_empty() => {
+            return Err(ShapeError::new(
+                "messages",
+                "must contain at least one message",
+            ));
+        }
         Some(Value::Array(messages)) => messages,
         Some(_) => {
             return Err(ShapeError::new(
@@ -176,10 +183,12 @@ mod tests {
             w,
             "[{\"function\":{\"name\":\"f\",\"parameters\":{}},\"type\":\"function\"}]\u{1d}user\u{1f}x\u{1e}"
         );
+        let one = json!([{"role": "user", "content": "x"}]);
         assert_eq!(
-            window(json!({"tools": null, "messages": []})),
-            window(json!({"messages": []}))
+            window(json!({"tools": null, "messages": one})),
+            window(json!({"messages": one}))
         );
+        assert!(chat_window(&json!({"messages": []}), 100).is_err());
     }
 
     #[test]
