@@ -176,6 +176,11 @@ impl IntoResponse for ApiError {
             // the same generation twice (the OpenAI SDK and botocore retry 504s).
             h.insert("x-should-retry", HeaderValue::from_static("false"));
         }
+        if self.kind == ErrorKind::Unavailable {
+            // No instance can take it now (all ejected or cooling down, or the
+            // gateway is shutting down): worth retrying, after a pause.
+            h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         for (k, v) in self.headers {
             h.insert(k, v);
         }
@@ -199,5 +204,20 @@ impl ConfigError {
             field: field.into(),
             reason: reason.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod retry_hints {
+    use super::*;
+
+    #[test]
+    fn a_503_says_when_to_retry_and_a_504_not_to() {
+        let r = ApiError::new(ErrorKind::Unavailable, "none").into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        let r = ApiError::new(ErrorKind::GatewayTimeout, "slow").into_response();
+        assert_eq!(r.headers()["x-should-retry"], "false");
+        assert!(!r.headers().contains_key(header::RETRY_AFTER));
     }
 }

@@ -44,11 +44,13 @@ pub fn upstream_request(client: &HeaderMap) -> HeaderMap {
     out
 }
 
-/// Headers for the client's response: the upstream's minus hop-by-hop ones.
+/// Headers for the client's response: the upstream's minus hop-by-hop ones
+/// and `server` (which engine and version runs behind the gateway is the
+/// operator's business, not the client's).
 pub fn client_response(upstream: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(upstream.len() + 2);
     for (name, value) in upstream {
-        if !is_hop_by_hop(name) {
+        if !is_hop_by_hop(name) && name != axum::http::header::SERVER {
             out.append(name.clone(), value.clone());
         }
     }
@@ -82,5 +84,18 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert!(out.contains_key(header::CONTENT_TYPE));
         assert!(out.contains_key("x-request-id"));
+    }
+
+    #[test]
+    fn the_upstream_server_header_is_not_relayed() {
+        let mut h = HeaderMap::new();
+        h.insert(header::SERVER, HeaderValue::from_static("uvicorn"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        let out = client_response(&h);
+        assert!(!out.contains_key(header::SERVER));
+        assert!(out.contains_key(header::CONTENT_TYPE));
     }
 }
