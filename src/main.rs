@@ -80,8 +80,11 @@ enum Command {
 fn init_logs(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a terminal: a log file or collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if json {
         builder.json().init();
@@ -172,7 +175,7 @@ fn main() -> ExitCode {
                 strategy,
             };
             let demo = kvgate::demo::start_fleet(&opts, listen).await?;
-            let listener = tokio::net::TcpListener::bind(listen).await?;
+            let listener = bind(listen).await?;
             let addr = listener.local_addr()?;
             println!("{}", kvgate::demo::banner(&demo, addr));
             kvgate::serve(
@@ -263,10 +266,19 @@ async fn serve(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
             std::sync::Arc::clone(&state),
         ));
     }
-    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let listener = bind(listen).await?;
     tracing::info!(addr = %listener.local_addr()?, "kvgate listening");
     kvgate::serve(listener, state, shutdown_signal()).await?;
     Ok(())
+}
+
+/// Bind, naming the address when that fails ("address already in use" alone
+/// does not say which).
+async fn bind(addr: std::net::SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    use anyhow::Context as _;
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))
 }
 
 async fn shutdown_signal() {

@@ -78,12 +78,21 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
 
 fn server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
     let listen_text = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".to_owned());
-    let listen: SocketAddr = listen_text.parse().map_err(|_| {
-        ConfigError::new(
-            "server.listen",
-            format!("{listen_text:?} is not an address like 127.0.0.1:8080"),
-        )
-    })?;
+    // An IP address, or a host name such as localhost resolved once here.
+    let listen: SocketAddr = listen_text
+        .parse()
+        .ok()
+        .or_else(|| {
+            std::net::ToSocketAddrs::to_socket_addrs(listen_text.as_str())
+                .ok()?
+                .min_by_key(|a| a.is_ipv6())
+        })
+        .ok_or_else(|| {
+            ConfigError::new(
+                "server.listen",
+                format!("{listen_text:?} is not an address like 127.0.0.1:8080 or localhost:8080"),
+            )
+        })?;
     let max_body = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
     in_range("server.max_body_bytes", max_body, 1024, 1 << 30)?;
     let t = raw.timeouts.unwrap_or_default();
@@ -155,6 +164,15 @@ fn endpoint(i: usize, raw: RawEndpoint) -> Result<EndpointConfig, ConfigError> {
                 at(&format!("instances[{j}].url")),
                 format!(
                     "{:?} is not an http:// or https:// URL with a host",
+                    inst.url
+                ),
+            ));
+        }
+        if let Some(base) = url.strip_suffix("/v1") {
+            return Err(ConfigError::new(
+                at(&format!("instances[{j}].url")),
+                format!(
+                    "{:?} ends in /v1: kvgate adds the API path (/v1/chat/completions) itself; use {base:?}",
                     inst.url
                 ),
             ));
@@ -388,6 +406,19 @@ endpoints:
         assert!(e.contains("endpoints[1].name"), "{e}");
         let e = err("server:\n  listen: nowhere\nendpoints: []\n");
         assert!(e.contains("server.listen"), "{e}");
+        let c = Config::from_yaml(&format!(
+            "server:\n  listen: localhost:9090\n{}",
+            OK.trim_start()
+        ));
+        assert_eq!(
+            c.map(|c| c.server.listen.port()).map_err(|e| e.to_string()),
+            Ok(9090)
+        );
+        let e = err(&OK.replace("http://10.0.0.1:8000\"", "http://10.0.0.1:8000/v1\""));
+        assert!(
+            e.contains("instances[0].url") && e.contains("/v1/chat/completions"),
+            "{e}"
+        );
     }
 
     #[test]
