@@ -8,6 +8,8 @@ RUN cargo build --release --locked --bin kvgate
 FROM debian:bookworm-slim
 RUN useradd --system --uid 10001 --no-create-home kvgate
 COPY --from=build /src/target/release/kvgate /usr/local/bin/kvgate
+# Documentation of every key: `serve` refuses its placeholder secrets, so
+# mount the real config over it (-v ./kvgate.yaml:/etc/kvgate/config.yaml).
 COPY config.example.yaml /etc/kvgate/config.yaml
 # The example's kv_aware endpoint names this tokenizer, relative to the config file.
 COPY fixtures/smollm2 /etc/kvgate/fixtures/smollm2

@@ -110,6 +110,10 @@ fn main() -> ExitCode {
         Command::Check { config } => match Config::load(&config) {
             Ok(c) => {
                 println!("{}: ok ({} endpoints)", config.display(), c.endpoints.len());
+                let text = std::fs::read_to_string(&config).unwrap_or_default();
+                for w in c.secret_warnings(&text) {
+                    println!("  warning: {w}");
+                }
                 for ep in &c.endpoints {
                     let r = &ep.routing;
                     let written = r
@@ -196,6 +200,14 @@ fn main() -> ExitCode {
         }),
         Command::Serve { config, listen } => run(async move {
             let mut cfg = Config::load(&config)?;
+            let text = std::fs::read_to_string(&config)?;
+            let placeholders = kvgate::config::placeholder_secrets(&text);
+            if !placeholders.is_empty() {
+                anyhow::bail!(
+                    "{}: still has config.example.yaml's placeholder secret {placeholders:?}: set your own (32+ random bytes) before serving",
+                    config.display()
+                );
+            }
             if let Some(l) = listen {
                 cfg.server.listen = l;
             }

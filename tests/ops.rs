@@ -350,3 +350,25 @@ async fn editing_the_config_file_reloads_it() {
     watcher.abort();
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_the_example_placeholder_secrets_and_check_warns() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config.example.yaml");
+    let bin = env!("CARGO_BIN_EXE_kvgate");
+    let out = tokio::process::Command::new(bin)
+        .args(["serve", "--config", example, "--listen", "127.0.0.1:0"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success(), "served with the example's secrets");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("placeholder secret"), "{err}");
+    let out = tokio::process::Command::new(bin)
+        .args(["check", "--config", example])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("warning:") && text.contains("placeholder"), "{text}");
+}

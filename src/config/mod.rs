@@ -139,7 +139,43 @@ impl RoutingConfig {
     }
 }
 
+/// The placeholder secrets `config.example.yaml` ships with: a config that
+/// still has one would let anyone who read the example forge tokens or
+/// recompute tenants' cache salts.
+pub const EXAMPLE_SECRETS: [&str; 2] = [
+    "change-me-to-32-random-bytes-or-more",
+    "change-me-too-32-random-bytes-or-more",
+];
+
+/// The example's placeholder secrets that appear in a config's text.
+pub fn placeholder_secrets(text: &str) -> Vec<&'static str> {
+    EXAMPLE_SECRETS
+        .iter()
+        .copied()
+        .filter(|p| text.contains(p))
+        .collect()
+}
+
 impl Config {
+    /// Secret settings `check` warns about: placeholders from the example
+    /// (which `serve` refuses, see [`placeholder_secrets`]) and salt secrets
+    /// shorter than 32 bytes. HS256 secrets are already refused below 32.
+    pub fn secret_warnings(&self, text: &str) -> Vec<String> {
+        let mut out: Vec<String> = placeholder_secrets(text)
+            .iter()
+            .map(|p| format!("{p:?} is config.example.yaml's placeholder: kvgate serve refuses it"))
+            .collect();
+        if self
+            .tenancy
+            .salt_secret
+            .as_ref()
+            .is_some_and(|s| s.expose().len() < 32)
+        {
+            out.push("isolation.salt_secret is shorter than 32 bytes".to_owned());
+        }
+        out
+    }
+
     /// Parse and validate YAML text; relative file paths in it (tokenizers,
     /// chat templates) are taken from the working directory.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
