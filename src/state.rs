@@ -296,9 +296,17 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(runtime: Runtime) -> Arc<Self> {
+        let metrics = crate::telemetry::handle();
+        // Instances were built before the recorder existed: publish their
+        // gauges now, so a fresh gateway's /metrics lists every instance.
+        for ep in &runtime.endpoints {
+            for inst in &ep.instances {
+                inst.publish_gauges();
+            }
+        }
         Arc::new(Self {
             runtime: ArcSwap::from_pointee(runtime),
-            metrics: crate::telemetry::handle(),
+            metrics,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
         })
     }

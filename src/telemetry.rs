@@ -64,9 +64,99 @@ pub fn handle() -> PrometheusHandle {
             // Another recorder may already be installed (an embedding program's);
             // then our handle renders only what we record through it, which is nothing.
             let _ = metrics::set_global_recorder(recorder);
+            describe();
             handle
         })
         .clone()
+}
+
+/// `# HELP` lines for every family.
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        REQUESTS,
+        "Requests answered, by endpoint, API and status class"
+    );
+    describe_histogram!(
+        REQUEST_DURATION,
+        metrics::Unit::Seconds,
+        "Request duration until the response body ended or the client left"
+    );
+    describe_histogram!(
+        UPSTREAM_TTFB,
+        metrics::Unit::Seconds,
+        "Time from sending a request upstream to its response headers"
+    );
+    describe_histogram!(
+        ROUTING_DURATION,
+        metrics::Unit::Seconds,
+        "Time the routing policy took to order the instances"
+    );
+    describe_counter!(
+        ROUTING_DECISIONS,
+        "Routing decisions, by instance chosen and outcome (affinity, overflow, cache_hit, cache_spread, cold, fallback, failover, balance)"
+    );
+    describe_gauge!(
+        IN_FLIGHT,
+        "Requests dispatched to the instance and not finished"
+    );
+    describe_gauge!(HEALTHY, "1 while the instance is taken as healthy, else 0");
+    describe_counter!(
+        PROMPT_TOKENS,
+        "Prompt tokens the upstream reported in usage"
+    );
+    describe_counter!(
+        CACHED_TOKENS,
+        "Prompt tokens the upstream reported served from its prefix cache"
+    );
+    describe_counter!(RETRIES, "Attempts moved to the next instance, by reason");
+    describe_counter!(REJECTIONS, "Requests refused by the gateway, by error code");
+    describe_counter!(CONFIG_RELOADS, "Config reloads, by result");
+    describe_histogram!(
+        MATCHED_FRACTION,
+        "Share of each prompt the chosen instance was believed to hold (cache-aware strategies)"
+    );
+    describe_gauge!(
+        INDEX_BLOCKS,
+        "Blocks in the instance's approximate prefix index"
+    );
+    describe_gauge!(
+        INDEX_BYTES,
+        metrics::Unit::Bytes,
+        "Estimated memory of the instance's approximate prefix index"
+    );
+    describe_counter!(
+        KV_EVENTS_APPLIED,
+        "KV-event blocks stored or removed in the instance's event-fed index"
+    );
+    describe_counter!(
+        KV_EVENTS_DROPPED,
+        "KV-event blocks (or messages) that could not be applied"
+    );
+    describe_counter!(
+        KV_SEQUENCE,
+        "KV-event sequence gaps, replays that filled one, and index resets"
+    );
+    describe_gauge!(
+        KV_HELD_BLOCKS,
+        "Blocks the instance's KV events say it holds"
+    );
+    describe_counter!(
+        KV_FALLBACK,
+        "kv_aware decisions that used the approximate index for the instance, by reason"
+    );
+    describe_gauge!(
+        KV_FALLBACK_INSTANCES,
+        "Instances whose KV events were not usable at the endpoint's last decision"
+    );
+    describe_counter!(
+        KV_UNTOKENIZED,
+        "kv_aware prompts the tokenizer or chat template could not take"
+    );
+    describe_counter!(
+        WARMUP,
+        "Warm-up requests sent to joining instances, by result"
+    );
 }
 
 /// A request answered with `status` (counted when its response headers go out).

@@ -370,5 +370,57 @@ async fn serve_refuses_the_example_placeholder_secrets_and_check_warns() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("warning:") && text.contains("placeholder"), "{text}");
+    assert!(
+        text.contains("warning:") && text.contains("placeholder"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_process_lists_every_instance_and_describes_every_family() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = std::env::temp_dir().join(format!("kvgate-fresh-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kvgate.yaml");
+    std::fs::write(
+        &path,
+        "endpoints:\n  - name: fresh\n    models: [m]\n    instances:\n      - { id: a, url: \"http://127.0.0.1:9\" }\n      - { id: b, url: \"http://127.0.0.1:10\" }\n",
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kvgate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next_line().await.unwrap().expect("kvgate exited");
+        if let Some(rest) = line.split("addr=").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    let text = client()
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for id in ["a", "b"] {
+        let series = format!("kvgate_instance_healthy{{endpoint=\"fresh\",instance=\"{id}\"}} 1");
+        assert!(text.contains(&series), "{series} missing:\n{text}");
+        assert!(text.contains(&format!(
+            "kvgate_instance_in_flight{{endpoint=\"fresh\",instance=\"{id}\"}} 0"
+        )));
+    }
+    for family in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let name = family.split_whitespace().next().unwrap();
+        assert!(
+            text.contains(&format!("# HELP {name} ")),
+            "no HELP for {name}"
+        );
+    }
 }

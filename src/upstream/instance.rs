@@ -112,6 +112,12 @@ impl Instance {
         self.kv.store(next.map(Arc::new));
     }
 
+    /// Record its health and in-flight gauges as they are now.
+    pub fn publish_gauges(&self) {
+        telemetry::healthy(&self.endpoint, &self.id, self.is_healthy());
+        telemetry::in_flight(&self.endpoint, &self.id, self.in_flight());
+    }
+
     /// The KV-event feed, when the instance has one.
     pub fn kv_feed(&self) -> Option<Arc<Subscription>> {
         self.kv.load_full()
