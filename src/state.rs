@@ -201,6 +201,14 @@ impl Runtime {
                 inst.follow_kv_events(events, ic.kv_replay.as_deref(), settings);
             }
             let shared_tier = shared_tier(ec, old.map(|o| o.as_ref()));
+            if ec.health.is_none() {
+                // No active checks any more: nothing would ever bring an
+                // instance a probe took out back (passive ejection cools down
+                // by itself), so it starts healthy again.
+                for inst in &instances {
+                    inst.set_healthy(true);
+                }
+            }
             let hot = old.map_or_else(Arc::default, |o| Arc::clone(&o.hot));
             // Instances new to a running endpoint are warmed before they serve.
             if let (Some(o), Some(_)) = (old, ec.routing.warmup) {

@@ -424,3 +424,24 @@ async fn a_fresh_process_lists_every_instance_and_describes_every_family() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_drops_health_checks_brings_probed_out_instances_back() {
+    let a = Upstream::start("a", Mode::Json).await;
+    let b = Upstream::start("b", Mode::Json).await;
+    let plain = config(MODEL, &[&a, &b], "prefix_aware", 10);
+    let gw = Gateway::start(&with_health(plain.clone())).await;
+    let rt = gw.state.runtime.load_full();
+    let inst = rt.endpoint("chat").unwrap().instances[0].clone();
+    a.set_mode(Mode::Status(503));
+    eventually("a marked unhealthy", || !inst.is_healthy()).await;
+    // The probe's complaint is fixed and the checks are switched off.
+    a.set_mode(Mode::Json);
+    gw.state
+        .reload(kvgate::Config::from_yaml(&plain).unwrap())
+        .unwrap();
+    assert!(
+        inst.is_healthy(),
+        "stays out for good with no probe to bring it back"
+    );
+}
