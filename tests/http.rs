@@ -259,6 +259,65 @@ async fn bad_input_is_a_4xx_in_openai_shape_and_never_forwarded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_errors_reach_the_client_with_their_status_in_openai_shape() {
+    let openai = r#"{"error":{"message":"context too long","type":"invalid_request_error","param":"messages","code":null}}"#;
+    let cases: [(Mode, u16, &str); 4] = [
+        (
+            Mode::Raw(
+                400,
+                "application/json",
+                r#"{"object":"error","message":"This model's maximum context length is 2048 tokens","type":"BadRequestError","param":null,"code":400}"#,
+            ),
+            400,
+            "maximum context length is 2048",
+        ),
+        (
+            Mode::Raw(500, "application/json", r#"{"error":"boom"}"#),
+            500,
+            "boom",
+        ),
+        (
+            Mode::Raw(
+                431,
+                "text/html",
+                "<html><body>431 Request Header Fields Too Large</body></html>",
+            ),
+            431,
+            "431 Request Header Fields Too Large",
+        ),
+        (
+            Mode::Raw(422, "application/json", openai),
+            422,
+            "context too long",
+        ),
+    ];
+    for (mode, status, message) in cases {
+        let up = Upstream::start("u0", mode).await;
+        let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
+        let resp = gw.chat(&chat_body(MODEL, "s", "q", false)).await;
+        assert_eq!(resp.status().as_u16(), status);
+        assert_eq!(resp.headers()["content-type"], "application/json");
+        assert!(
+            !resp.headers().contains_key("server"),
+            "the upstream's server header was relayed"
+        );
+        let bytes = resp.bytes().await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let m = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(m.contains(message), "{status}: {v}");
+        assert!(v["error"]["type"].is_string(), "{v}");
+        if status == 422 {
+            assert_eq!(
+                bytes,
+                openai.as_bytes(),
+                "an OpenAI-shaped error is passed through as is"
+            );
+        }
+        gw.drained().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_prefix_aware_id_headers_are_a_400_not_first_one_wins() {
     let up = Upstream::start("u0", Mode::Json).await;
     let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;

@@ -168,6 +168,19 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
             continue;
         }
         telemetry::first_byte(ep.name(), &instance.id, sent.elapsed());
+        if status.is_client_error() || status.is_server_error() {
+            // Read while the slot is held, then let it go with the guard.
+            let resp = super::relay_error::relay(response, server.timeouts.idle).await;
+            drop(guard);
+            let api = crate::route_input::api_label(f.input.api);
+            telemetry::request_duration(ep.name(), api, started.elapsed());
+            let outcome = Outcome {
+                instance: Arc::clone(instance),
+                reason,
+                attempts: attempt + 1,
+            };
+            return Ok((resp, outcome));
+        }
         let admission = f.input.admission.clone();
         let timing = (started, crate::route_input::api_label(f.input.api));
         let resp = client_response(response, guard, server, f.input.stream, admission, timing);

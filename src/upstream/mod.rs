@@ -1,6 +1,7 @@
 //! Upstream instances and the trying of them: in-flight accounting
 //! ([`instance`]), sending with failover ([`forward`]) and the streamed
-//! response body that releases its slot when it ends or is dropped ([`body`]).
+//! response body that releases its slot when it ends or is dropped ([`body`]),
+//! and upstream errors relayed in OpenAI's shape ([`relay_error`]).
 
 mod body;
 pub mod capacity;
@@ -8,6 +9,7 @@ mod forward;
 mod headers;
 pub mod health;
 mod instance;
+mod relay_error;
 mod usage;
 
 pub use forward::{Forward, forward};

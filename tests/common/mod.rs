@@ -39,6 +39,8 @@ pub enum Mode {
     Hold,
     /// Answer with this status.
     Status(u16),
+    /// Answer with this status, content type and body.
+    Raw(u16, &'static str, &'static str),
 }
 
 #[derive(Clone, Debug)]
@@ -198,6 +200,16 @@ async fn handle(State(state): State<Arc<UpstreamState>>, req: Request) -> Respon
                 .status(StatusCode::from_u16(code).unwrap())
                 .header("x-instance", state.name.as_str())
                 .body(Body::from(r#"{"error":{"message":"upstream says no","type":"server_error","param":null,"code":null}}"#))
+                .unwrap()
+        }
+        Mode::Raw(code, content_type, body) => {
+            active.finished = true;
+            Response::builder()
+                .status(StatusCode::from_u16(code).unwrap())
+                .header("x-instance", state.name.as_str())
+                .header("content-type", content_type)
+                .header("server", "uvicorn")
+                .body(Body::from(body))
                 .unwrap()
         }
         Mode::Hold => {
