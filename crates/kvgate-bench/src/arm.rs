@@ -1,4 +1,4 @@
-//! What a run compares: one of the gateway's five strategies, plus `prefix_aware`
+//! What a run compares: one of the gateway's six strategies, plus `prefix_aware`
 //! with its balance factor switched off, to show what bounded loads cost in hits.
 
 use kvgate::routing::Strategy;
@@ -21,17 +21,23 @@ pub enum Arm {
     /// prefill queued there; on its own defaults (concurrency_threshold 256,
     /// balance_factor 1.5) but for `cache_tokens`.
     LongestPrefix,
+    /// `kv_aware`: `longest_prefix`'s placement on what each instance's KV
+    /// events say it holds, by real token ids. Its instances tokenize with
+    /// SmolLM2's tokenizer and publish events; every other arm's count 4-byte
+    /// chunks and publish nothing.
+    KvAware,
 }
 
 impl Arm {
     /// Every arm, the `random` baseline first.
-    pub const ALL: [Arm; 6] = [
+    pub const ALL: [Arm; 7] = [
         Arm::Random,
         Arm::RoundRobin,
         Arm::LeastOutstanding,
         Arm::PrefixAware,
         Arm::PrefixAwareUnbounded,
         Arm::LongestPrefix,
+        Arm::KvAware,
     ];
 
     pub fn strategy(self) -> Strategy {
@@ -41,7 +47,19 @@ impl Arm {
             Arm::LeastOutstanding => Strategy::LeastOutstandingRequests,
             Arm::PrefixAware | Arm::PrefixAwareUnbounded => Strategy::PrefixAware,
             Arm::LongestPrefix => Strategy::LongestPrefix,
+            Arm::KvAware => Strategy::KvAware,
         }
+    }
+
+    /// Whether its instances tokenize for real and publish KV events.
+    pub fn uses_events(self) -> bool {
+        self.strategy().uses_events()
+    }
+
+    /// Whether the gateway runs on its cache-aware defaults (threshold,
+    /// balance factor) with `cache_tokens` sized to the instances.
+    pub fn cache_aware_defaults(self) -> bool {
+        self.strategy().uses_index()
     }
 
     /// Its name in reports, endpoint names and `--strategies`.
@@ -64,7 +82,7 @@ impl Arm {
     /// The gateway's routing settings for this arm, from the workload's.
     pub fn routing(self, base: Routing) -> Routing {
         match self {
-            Arm::PrefixAwareUnbounded | Arm::LongestPrefix => Routing {
+            Arm::PrefixAwareUnbounded | Arm::LongestPrefix | Arm::KvAware => Routing {
                 balance_factor: None,
                 ..base
             },
@@ -84,6 +102,8 @@ mod tests {
         }
         assert_eq!(Arm::parse("PREFIX_AWARE"), Some(Arm::PrefixAware));
         assert_eq!(Arm::parse("longest_prefix"), Some(Arm::LongestPrefix));
+        assert_eq!(Arm::parse("kv_aware"), Some(Arm::KvAware));
+        assert!(Arm::KvAware.uses_events() && !Arm::LongestPrefix.uses_events());
         assert_eq!(Arm::parse("nope"), None);
     }
 }

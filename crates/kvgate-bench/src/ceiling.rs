@@ -1,20 +1,29 @@
 //! The reuse ceiling of the requests a run actually sent: the same bodies, in send
 //! order, one at a time, to a single simulated instance whose KV cache never
-//! evicts. Its hit rate is what no router over any fleet could beat.
+//! evicts. Its hit rate is what no router over any fleet could beat. Counted
+//! in 4-byte chunks, or in real token ids when given the `kv_aware` arm's
+//! tokenizer (its instances count those).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::Context;
 use bytes::Bytes;
 use kvgate_sim::{SimConfig, spawn};
+use kvgate_tokenize::PromptTokenizer;
 use serde_json::Value;
 
-/// Hit rate (cached ÷ prompt tokens) of `bodies` on one infinite cache.
-pub async fn ceiling(bodies: &[Bytes]) -> anyhow::Result<f64> {
+/// Hit rate (cached ÷ prompt tokens) of `bodies` on one infinite cache that
+/// tokenizes with `tokenizer` (`None`: 4-byte chunks).
+pub async fn ceiling(
+    bodies: &[Bytes],
+    tokenizer: Option<Arc<PromptTokenizer>>,
+) -> anyhow::Result<f64> {
     let cfg = SimConfig {
         name: "ceiling".to_owned(),
         cache_blocks: 1 << 36,
         time_scale: 0.0,
+        tokenizer,
         ..SimConfig::llama70b_h100_tp4()
     };
     let sim = spawn(cfg, SocketAddr::from(([127, 0, 0, 1], 0))).await?;

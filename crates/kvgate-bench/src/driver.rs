@@ -1,7 +1,11 @@
 //! Plays a workload's sessions against a gateway on the simulated clock: each
 //! session starts at its time (scaled to real time), sends its turns one after
 //! another, and for chat keeps the history with the answers as streamed.
+//! With several gateway replicas every request goes to the next one in turn,
+//! as a round-robin balancer in front of them would send it.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -32,13 +36,25 @@ pub struct Record {
 #[derive(Clone)]
 pub struct Target {
     pub client: reqwest::Client,
-    /// Gateway base URL, `http://127.0.0.1:PORT`.
-    pub base: String,
+    /// Base URL of each gateway replica, `http://127.0.0.1:PORT`.
+    pub bases: Arc<[String]>,
+    /// The round-robin balancer's position, shared by every session.
+    pub next: Arc<AtomicUsize>,
     /// The `model` every body names (it selects the gateway endpoint).
     pub model: String,
     /// Real seconds per simulated second.
     pub time_scale: f64,
     pub record_bodies: bool,
+}
+
+impl Target {
+    /// The gateway the next request goes to.
+    fn base(&self) -> &str {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.bases
+            .get(n % self.bases.len().max(1))
+            .map_or("", String::as_str)
+    }
 }
 
 /// Run every session; returns the records in no particular order.
@@ -75,7 +91,7 @@ async fn play(target: &Target, session: &Session, t0: Instant) -> Vec<Record> {
         }
         let (path, body, chat) = request(target, &mut history, turn);
         let body = Bytes::from(body);
-        let url = format!("{}{path}", target.base);
+        let url = format!("{}{path}", target.base());
         let sent = t0.elapsed();
         let outcome = client::send(&target.client, &url, body.clone(), chat).await;
         let failed = outcome.error.is_some();

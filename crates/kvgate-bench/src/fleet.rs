@@ -1,59 +1,95 @@
-//! A fresh fleet for one run: simulated instances with cold caches and the real
-//! gateway in front of them, each on its own 127.0.0.1 port, in this process.
+//! A fresh fleet for one run: simulated instances with cold caches and one or
+//! more replicas of the real gateway in front of them (same config, each its
+//! own `kvgate::serve`), each on its own 127.0.0.1 port, in this process.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use kvgate_sim::{SimConfig, SimHandle, SimStats, spawn};
+use kvgate::AppState;
+use kvgate_sim::{KvEventsConfig, SimConfig, SimHandle, SimStats, spawn};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::arm::Arm;
+use crate::gateway_config::{self, InstanceSpec};
 use crate::workload::Setup;
 
-/// Simulated instances and the gateway routing to them.
-pub struct Fleet {
-    pub sims: Vec<SimHandle>,
-    /// `http://127.0.0.1:PORT` of the gateway.
-    pub gateway: String,
-    /// The endpoint (and model) name, unique to this run so its metrics are its own.
-    pub endpoint: String,
+/// One gateway replica.
+struct Gateway {
+    url: String,
+    state: Arc<AppState>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
 
+/// Simulated instances and the gateways routing to them.
+pub struct Fleet {
+    pub sims: Vec<SimHandle>,
+    /// `http://127.0.0.1:PORT` of each gateway replica, in start order.
+    pub gateways: Vec<String>,
+    /// The endpoint (and model) name, unique to this run so its metrics are its own.
+    pub endpoint: String,
+    replicas: Vec<Gateway>,
+}
+
 impl Fleet {
-    /// Spawn `setup.instances` simulators and a gateway configured for `arm`.
+    /// Spawn `setup.instances` simulators and `setup.gateways` gateways
+    /// configured for `arm`. Under `kv_aware` the instances tokenize with
+    /// SmolLM2's tokenizer and publish KV events, and this returns once every
+    /// gateway has heard every instance (see [`crate::kv_wait`]).
     pub async fn start(setup: &Setup, arm: Arm, endpoint: &str) -> anyhow::Result<Self> {
+        let (tokenizer, kv_events) = if arm.uses_events() {
+            (
+                Some(crate::tokenizer::shared()?),
+                Some(KvEventsConfig::default()),
+            )
+        } else {
+            (None, None)
+        };
+        let base = if arm.uses_events() {
+            setup.kv_sim()
+        } else {
+            setup.sim.clone()
+        };
         let mut sims = Vec::with_capacity(setup.instances);
         for i in 0..setup.instances {
             let cfg = SimConfig {
                 name: format!("sim-{i}"),
-                ..setup.sim.clone()
+                tokenizer: tokenizer.clone(),
+                kv_events: kv_events.clone(),
+                ..base.clone()
             };
             sims.push(spawn(cfg, SocketAddr::from(([127, 0, 0, 1], 0))).await?);
         }
-        let instances: Vec<(String, String)> = sims
+        let instances: Vec<InstanceSpec> = sims
             .iter()
-            .map(|s| (s.url(), s.server.config().name.clone()))
+            .map(|s| InstanceSpec {
+                url: s.url(),
+                id: s.server.config().name.clone(),
+                kv: s.kv_events_endpoint().zip(s.kv_replay_endpoint()),
+            })
             .collect();
-        let yaml = config_yaml(setup, arm, endpoint, &instances);
-        let config = kvgate::Config::from_yaml(&yaml)
-            .map_err(|e| anyhow::anyhow!("gateway config: {e}\n{yaml}"))?;
-        let state = kvgate::build_state(config)?;
-        let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
-        let gateway = format!("http://{}", listener.local_addr()?);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(kvgate::serve(listener, state, async {
-            let _ = stopped.await;
-        }));
-        Ok(Self {
+        let yaml = gateway_config::yaml(setup, arm, endpoint, &instances);
+        let mut replicas = Vec::with_capacity(setup.gateways.max(1));
+        for _ in 0..setup.gateways.max(1) {
+            replicas.push(Gateway::start(&yaml).await?);
+        }
+        let fleet = Self {
+            gateways: replicas.iter().map(|g| g.url.clone()).collect(),
             sims,
-            gateway,
             endpoint: endpoint.to_owned(),
-            stop: Some(stop),
-            task: Some(task),
-        })
+            replicas,
+        };
+        if arm.uses_events() {
+            let states: Vec<Arc<AppState>> = fleet
+                .replicas
+                .iter()
+                .map(|g| Arc::clone(&g.state))
+                .collect();
+            crate::kv_wait::until_heard(&states, endpoint, &fleet.sims).await?;
+        }
+        Ok(fleet)
     }
 
     /// Each instance's counters, in instance order.
@@ -61,13 +97,10 @@ impl Fleet {
         self.sims.iter().map(|s| s.server.stats()).collect()
     }
 
-    /// Stop the gateway and the instances.
+    /// Stop the gateways and the instances.
     pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
+        for g in &mut self.replicas {
+            g.stop().await;
         }
         for sim in self.sims.drain(..) {
             let _ = sim.shutdown().await;
@@ -75,90 +108,31 @@ impl Fleet {
     }
 }
 
-/// The gateway's YAML: one endpoint serving model `endpoint`, `(url, id)`
-/// instances (ids `sim-0` … in fleet order), health probes left at their defaults.
-fn config_yaml(setup: &Setup, arm: Arm, endpoint: &str, instances: &[(String, String)]) -> String {
-    let instances: String = instances
-        .iter()
-        .map(|(url, id)| format!("      - url: \"{url}\"\n        id: \"{id}\"\n"))
-        .collect();
-    let r = arm.routing(setup.routing);
-    let balance = r
-        .balance_factor
-        .map(|c| format!("      balance_factor: {c}\n"))
-        .unwrap_or_default();
-    // `longest_prefix` runs on its own defaults (threshold, balance factor)
-    // but for its index, sized to what the instances really hold.
-    let (threshold, cache) = if arm == Arm::LongestPrefix {
-        (
-            String::new(),
-            format!("      cache_tokens: {}\n", setup.cache_tokens()),
-        )
-    } else {
-        (
-            format!("      concurrency_threshold: {}\n", r.concurrency_threshold),
-            String::new(),
-        )
-    };
-    format!(
-        r#"server:
-  listen: "127.0.0.1:0"
-  max_body_bytes: 16777216
-  sse_keepalive_ms: 0
-  timeouts:
-    first_byte_ms: 3600000
-    idle_ms: 3600000
-endpoints:
-  - name: "{endpoint}"
-    models: ["{endpoint}"]
-    instances:
-{instances}    routing:
-      strategy: {strategy}
-      prefix_length: {prefix_length}
-{threshold}{balance}{cache}"#,
-        strategy = arm.strategy().as_str(),
-        prefix_length = r.prefix_length,
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::workload::Kind;
-
-    fn parsed(setup: &Setup, arm: Arm) -> (String, kvgate::Config) {
-        let instances: Vec<(String, String)> = (0..setup.instances)
-            .map(|i| (format!("http://127.0.0.1:{}", 9000 + i), format!("sim-{i}")))
-            .collect();
-        let yaml = config_yaml(setup, arm, "e", &instances);
-        let config = kvgate::Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
-        (yaml, config)
+impl Gateway {
+    async fn start(yaml: &str) -> anyhow::Result<Self> {
+        let config = kvgate::Config::from_yaml(yaml)
+            .map_err(|e| anyhow::anyhow!("gateway config: {e}\n{yaml}"))?;
+        let state = kvgate::build_state(config)?;
+        let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(kvgate::serve(listener, Arc::clone(&state), async {
+            let _ = stopped.await;
+        }));
+        Ok(Self {
+            url,
+            state,
+            stop: Some(stop),
+            task: Some(task),
+        })
     }
 
-    #[test]
-    fn longest_prefix_gets_the_scaled_cache_and_its_own_balance_default() {
-        let mut setup = Kind::LongContext
-            .setup(true, 1, std::path::Path::new("."))
-            .unwrap();
-        setup.scale_cache(4.0);
-        assert_eq!(setup.sim.cache_blocks, 96_000);
-        let (yaml, config) = parsed(&setup, Arm::LongestPrefix);
-        let r = &config.endpoints[0].routing;
-        assert_eq!(r.strategy.as_str(), "longest_prefix", "{yaml}");
-        assert_eq!(r.cache_tokens, 96_000 * 16, "{yaml}");
-        assert!(!yaml.contains("balance_factor"), "{yaml}");
-        assert_eq!(
-            r.balance_factor,
-            Some(kvgate::config::DEFAULT_CACHE_AWARE_BALANCE_FACTOR)
-        );
-        assert_eq!(
-            r.concurrency_threshold as u64,
-            kvgate::config::DEFAULT_CACHE_AWARE_THRESHOLD
-        );
-
-        let (yaml, config) = parsed(&setup, Arm::PrefixAware);
-        let r = &config.endpoints[0].routing;
-        assert_eq!(r.balance_factor, setup.routing.balance_factor, "{yaml}");
-        assert!(!yaml.contains("cache_tokens"), "{yaml}");
+    async fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
     }
 }

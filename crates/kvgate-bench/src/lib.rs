@@ -25,9 +25,12 @@ pub mod chart;
 pub mod client;
 pub mod driver;
 pub mod fleet;
+pub mod gateway_config;
+pub mod kv_wait;
 pub mod prom;
 pub mod report;
 pub mod run;
+pub mod tokenizer;
 pub mod workload;
 
 pub use arm::Arm;
@@ -44,6 +47,13 @@ pub struct WorkloadResult {
     pub routing: workload::Routing,
     /// Hit rate of the same requests on one infinite cache.
     pub ceiling: f64,
+    /// The same in SmolLM2 tokens, when a `kv_aware` arm ran (its instances
+    /// count those, the others 4-byte chunks).
+    pub token_ceiling: Option<f64>,
+    /// Gateway replicas, each sent every n-th request.
+    pub gateways: usize,
+    /// `kv_aware`'s instances' capacity and speed factor (`--kv-token-ratio`).
+    pub kv_token_ratio: f64,
     /// The trace's published ceiling (Mooncake).
     pub trace_ceiling: Option<f64>,
     /// Each instance's KV capacity: blocks, tokens a block, and the factor
@@ -59,6 +69,20 @@ pub struct WorkloadResult {
 impl WorkloadResult {
     pub fn run(&self, arm: Arm) -> Option<&RunResult> {
         self.runs.iter().find(|r| r.arm == arm)
+    }
+
+    /// The ceiling `arm`'s hit rate is measured against, counted in the same
+    /// tokens its instances count.
+    pub fn ceiling_of(&self, arm: Arm) -> f64 {
+        match self.token_ceiling {
+            Some(c) if arm.uses_events() => c,
+            _ => self.ceiling,
+        }
+    }
+
+    /// `run`'s hit rate as a fraction of its ceiling.
+    pub fn of_ceiling(&self, run: &RunResult) -> f64 {
+        run.hit_rate / self.ceiling_of(run.arm).max(1e-9)
     }
 
     /// Whether `--cache-scale` changed the workload's own cache size.
@@ -111,7 +135,12 @@ pub async fn bench(
         }
         runs.push(r);
     }
-    let ceiling = ceiling::ceiling(&bodies).await?;
+    let ceiling = ceiling::ceiling(&bodies, None).await?;
+    let token_ceiling = if arms.iter().any(|a| a.uses_events()) {
+        Some(ceiling::ceiling(&bodies, Some(tokenizer::shared()?)).await?)
+    } else {
+        None
+    };
     Ok(WorkloadResult {
         setup_id: setup.id.clone(),
         description: setup.description.clone(),
@@ -119,6 +148,9 @@ pub async fn bench(
         time_scale: setup.sim.time_scale,
         routing: setup.routing,
         ceiling,
+        token_ceiling,
+        gateways: setup.gateways.max(1),
+        kv_token_ratio: setup.kv_token_ratio,
         trace_ceiling: setup.trace_ceiling,
         cache_blocks: setup.sim.cache_blocks,
         block_size: setup.sim.block_size,

@@ -1,5 +1,5 @@
 //! `kvgate-loadbench`: run the routing benchmark and write `routing.md` and
-//! `routing.svg` into `--out`.
+//! `routing.svg` into `--out`, or with `--replicas` other than 1, `replicas.md`.
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -75,6 +75,17 @@ struct Args {
     /// also `prefix_aware_unbounded` (no balance factor).
     #[arg(long, value_delimiter = ',')]
     strategies: Vec<String>,
+    /// Gateway replicas behind a round-robin balancer; a list (`1,2,4`) runs
+    /// each workload at each count. Anything but `1` writes `replicas.md`
+    /// instead of `routing.md`.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize])]
+    replicas: Vec<usize>,
+    /// `kv_aware` only: multiply its instances' KV blocks, prefill rate and
+    /// step budget by this (about the SmolLM2 tokens a 4-byte chunk of the
+    /// workload's text takes, ≈ 2), so they hold and prefill as much text as
+    /// the other arms' instances.
+    #[arg(long, default_value_t = 1.0)]
+    kv_token_ratio: f64,
 }
 
 #[tokio::main]
@@ -93,6 +104,10 @@ async fn main() -> anyhow::Result<()> {
     if !(args.cache_scale.is_finite() && args.cache_scale > 0.0) {
         anyhow::bail!("--cache-scale must be a positive number");
     }
+    if args.replicas.contains(&0) {
+        anyhow::bail!("--replicas must be at least 1");
+    }
+    let replica_run = args.replicas != [1];
     let mut results = Vec::new();
     for kind in kinds {
         let mut setup = kind.setup(args.quick, args.seed, &args.traces)?;
@@ -111,14 +126,22 @@ async fn main() -> anyhow::Result<()> {
         if args.cache_scale != 1.0 {
             setup.scale_cache(args.cache_scale);
         }
-        eprintln!(
-            "{}: {} requests, {} KV tokens an instance",
-            setup.id,
-            setup.requests(),
-            setup.cache_tokens()
-        );
-        let result = bench(&setup, &arms, "bench", |line| eprintln!("  {line}")).await?;
-        results.push(result);
+        if !(args.kv_token_ratio.is_finite() && args.kv_token_ratio > 0.0) {
+            anyhow::bail!("--kv-token-ratio must be a positive number");
+        }
+        setup.kv_token_ratio = args.kv_token_ratio;
+        for &n in &args.replicas {
+            setup.gateways = n;
+            eprintln!(
+                "{}: {} requests, {} KV tokens an instance, {n} gateway replica(s)",
+                setup.id,
+                setup.requests(),
+                setup.cache_tokens()
+            );
+            let tag = format!("bench{n}");
+            let result = bench(&setup, &arms, &tag, |line| eprintln!("  {line}")).await?;
+            results.push(result);
+        }
     }
     let ctx = Context {
         command: command_line(),
@@ -127,6 +150,12 @@ async fn main() -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
+    if replica_run {
+        let md = args.out.join("replicas.md");
+        std::fs::write(&md, report::replicas::markdown(&ctx, &results))?;
+        eprintln!("wrote {}", md.display());
+        return Ok(());
+    }
     let md = args.out.join("routing.md");
     std::fs::write(&md, report::markdown(&ctx, &results))?;
     let svg = args.out.join("routing.svg");

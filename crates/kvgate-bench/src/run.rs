@@ -1,9 +1,11 @@
 //! One workload under one strategy: a fresh fleet, the sessions played through the
 //! gateway, then the instances' counters and the gateway's metrics read back.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use kvgate_sim::SimStats;
 
 use crate::arm::Arm;
 use crate::driver::{self, Record, Target};
@@ -86,10 +88,17 @@ pub async fn run(
         .no_proxy()
         .pool_max_idle_per_host(1024)
         .build()?;
-    let before = metrics(&client, &fleet.gateway).await?;
+    // The recorder is process-wide: any replica's /metrics has every replica's
+    // decisions. The instances' counters and histograms are read before and
+    // after, so `kv_aware`'s subscription probes do not count.
+    let gateway = fleet.gateways.first().cloned().unwrap_or_default();
+    let before = metrics(&client, &gateway).await?;
+    let stats_before = fleet.stats();
+    let engine_before = engine_ttft(&client, &fleet).await?;
     let target = Target {
         client: client.clone(),
-        base: fleet.gateway.clone(),
+        bases: fleet.gateways.clone().into(),
+        next: Arc::default(),
         model: endpoint.clone(),
         time_scale: setup.sim.time_scale,
         record_bodies,
@@ -97,13 +106,14 @@ pub async fn run(
     let started = Instant::now();
     let mut records = driver::drive(&target, &setup.sessions).await;
     let wall = started.elapsed();
-    let after = metrics(&client, &fleet.gateway).await?;
-    let stats = fleet.stats();
-    let mut engine = Histogram::default();
-    for sim in &fleet.sims {
-        let samples = metrics(&client, &sim.url()).await?;
-        engine = engine.plus(&Histogram::read(&samples, ENGINE_TTFT));
-    }
+    let after = metrics(&client, &gateway).await?;
+    let stats: Vec<SimStats> = fleet
+        .stats()
+        .iter()
+        .zip(&stats_before)
+        .map(|(a, b)| since(a, b))
+        .collect();
+    let engine = engine_ttft(&client, &fleet).await?.since(&engine_before);
     fleet.shutdown().await;
 
     records.sort_by_key(|r| r.sent);
@@ -157,6 +167,29 @@ pub async fn run(
         wall,
         bodies: records.into_iter().filter_map(|r| r.body).collect(),
     })
+}
+
+/// The instances' TTFT histograms, merged.
+async fn engine_ttft(client: &reqwest::Client, fleet: &Fleet) -> anyhow::Result<Histogram> {
+    let mut engine = Histogram::default();
+    for sim in &fleet.sims {
+        let samples = metrics(client, &sim.url()).await?;
+        engine = engine.plus(&Histogram::read(&samples, ENGINE_TTFT));
+    }
+    Ok(engine)
+}
+
+/// The counters `a` gained since `b` (gauges as in `a`).
+fn since(a: &SimStats, b: &SimStats) -> SimStats {
+    SimStats {
+        requests: a.requests.saturating_sub(b.requests),
+        prompt_tokens: a.prompt_tokens.saturating_sub(b.prompt_tokens),
+        cached_tokens: a.cached_tokens.saturating_sub(b.cached_tokens),
+        queries_tokens: a.queries_tokens.saturating_sub(b.queries_tokens),
+        aborted: a.aborted.saturating_sub(b.aborted),
+        generation_tokens: a.generation_tokens.saturating_sub(b.generation_tokens),
+        ..a.clone()
+    }
 }
 
 async fn metrics(client: &reqwest::Client, base: &str) -> anyhow::Result<Vec<prom::Sample>> {

@@ -120,3 +120,39 @@ async fn cache_scale_reaches_the_instances_the_gateway_and_the_report() {
         "{md}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_aware_behind_two_gateway_replicas_completes_and_counts_real_tokens() {
+    let mut setup = Kind::MultiTurn.setup(true, 1, &traces()).unwrap();
+    setup.gateways = 2;
+    let arms = [Arm::LongestPrefix, Arm::KvAware];
+    let w = bench(&setup, &arms, "quickreplicas", |line| eprintln!("{line}"))
+        .await
+        .unwrap();
+    assert_eq!(w.gateways, 2);
+    let token_ceiling = w.token_ceiling.unwrap();
+    assert!((0.0..=1.0).contains(&token_ceiling) && token_ceiling > 0.0);
+    let (l, k) = (w.run(arms[0]).unwrap(), w.run(arms[1]).unwrap());
+    for r in [l, k] {
+        assert_eq!(r.failed, 0, "{}: {:?}", r.arm.label(), r.first_error);
+        assert_eq!(r.requests, setup.requests());
+        // Probes sent before the run are not counted.
+        assert_eq!(r.cached_tokens, r.usage_cached_tokens, "{}", r.arm.label());
+        let total: f64 = r.shares.iter().sum();
+        assert!((total - 1.0).abs() < 1e-9);
+    }
+    // Its instances counted SmolLM2 tokens, not 4-byte chunks.
+    assert_ne!(k.prompt_tokens, l.prompt_tokens);
+    assert!(
+        k.decisions_of("cache_hit") + k.decisions_of("cache_spread") > 0,
+        "{:?}",
+        k.decisions
+    );
+    let ctx = Context {
+        command: "test".to_owned(),
+        date: "today".to_owned(),
+        machine: "test".to_owned(),
+    };
+    let md = report::replicas::markdown(&ctx, &[w]);
+    assert!(md.contains("| kv_aware | 2 |"), "{md}");
+}

@@ -62,6 +62,9 @@ pub struct Setup {
     /// One paragraph for the report: what is sent and why these sizes.
     pub description: String,
     pub instances: usize,
+    /// Gateway replicas in front of the instances (`--replicas`), each sent
+    /// every n-th request.
+    pub gateways: usize,
     pub sim: SimConfig,
     pub routing: Routing,
     pub sessions: Vec<Session>,
@@ -69,6 +72,11 @@ pub struct Setup {
     pub trace_ceiling: Option<f64>,
     /// Factor applied to the workload's own `sim.cache_blocks` ([`Setup::scale_cache`]).
     pub cache_scale: f64,
+    /// `kv_aware` only (`--kv-token-ratio`): its instances' KV capacity,
+    /// prefill rate and step budget times this, so that at about this many
+    /// SmolLM2 tokens per 4-byte chunk they hold and prefill the same text
+    /// in the same time as the other arms' instances. 1: the same numbers of tokens.
+    pub kv_token_ratio: f64,
 }
 
 impl Setup {
@@ -89,6 +97,19 @@ impl Setup {
     /// KV capacity of one instance, tokens.
     pub fn cache_tokens(&self) -> usize {
         self.sim.cache_blocks.saturating_mul(self.sim.block_size)
+    }
+
+    /// The instances' config under `kv_aware`, scaled by `kv_token_ratio`.
+    pub fn kv_sim(&self) -> SimConfig {
+        let r = self.kv_token_ratio;
+        let mut sim = self.sim.clone();
+        if r.is_finite() && r > 0.0 && (r - 1.0).abs() > 1e-9 {
+            // `as` saturates; at least one.
+            sim.cache_blocks = ((sim.cache_blocks as f64 * r).round() as usize).max(1);
+            sim.max_batched_tokens = ((sim.max_batched_tokens as f64 * r).round() as usize).max(1);
+            sim.prefill_tokens_per_s *= r;
+        }
+        sim
     }
 }
 

@@ -150,6 +150,8 @@ pub(super) fn setup(trace: Trace, path: &Path, quick: bool) -> anyhow::Result<Se
         sessions,
         trace_ceiling: Some(trace.ceiling()),
         cache_scale: 1.0,
+        gateways: 1,
+        kv_token_ratio: 1.0,
     })
 }
 

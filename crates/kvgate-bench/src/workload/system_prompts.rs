@@ -100,5 +100,7 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
         sessions,
         trace_ceiling: None,
         cache_scale: 1.0,
+        gateways: 1,
+        kv_token_ratio: 1.0,
     }
 }
