@@ -15,6 +15,8 @@ pub enum ErrorKind {
     InvalidRequest,
     UnsupportedMediaType,
     PayloadTooLarge,
+    /// The request body did not arrive within `server.timeouts.body_read_ms`.
+    RequestTimeout,
     ModelNotFound,
     EndpointNotFound,
     RouteNotFound,
@@ -37,6 +39,7 @@ impl ErrorKind {
             Self::InvalidJson | Self::InvalidRequest => StatusCode::BAD_REQUEST,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::ModelNotFound | Self::EndpointNotFound | Self::RouteNotFound => {
                 StatusCode::NOT_FOUND
             }
@@ -58,6 +61,7 @@ impl ErrorKind {
             | Self::InvalidRequest
             | Self::UnsupportedMediaType
             | Self::PayloadTooLarge
+            | Self::RequestTimeout
             | Self::ModelNotFound
             | Self::EndpointNotFound
             | Self::RouteNotFound
@@ -78,6 +82,7 @@ impl ErrorKind {
             Self::InvalidRequest => "invalid_request",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::PayloadTooLarge => "payload_too_large",
+            Self::RequestTimeout => "request_timeout",
             Self::ModelNotFound => "model_not_found",
             Self::EndpointNotFound => "endpoint_not_found",
             Self::RouteNotFound => "route_not_found",

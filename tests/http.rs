@@ -451,3 +451,26 @@ async fn an_upstream_silent_past_the_idle_timeout_is_cut_off() {
     assert!(!matches!(rest, Some(Ok(_))), "got more data: {rest:?}");
     eventually("upstream closed", || up.cancelled() == 1).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_trickles_in_gets_a_408_in_openai_shape() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = Upstream::start("u0", Mode::Json).await;
+    let yaml = config(MODEL, &[&up], "prefix_aware", 10).replace(
+        "  failover_cooldown_ms: 60000\n",
+        "  failover_cooldown_ms: 60000\n  timeouts:\n    body_read_ms: 300\n",
+    );
+    let gw = Gateway::start(&yaml).await;
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"model\":")
+        .await
+        .unwrap();
+    // ...and nothing more: the gateway answers instead of waiting for ever.
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    assert!(read.is_ok(), "no answer to a stalled body");
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("\"code\":\"request_timeout\""), "{text}");
+    assert_eq!(up.hits(), 0);
+}

@@ -89,6 +89,7 @@ pub async fn explain(
             &headers,
             body,
             rt.config.server.max_body_bytes,
+            rt.config.server.timeouts.body_read,
         )
         .await?;
         crate::explain::explain(&rt, &format!("/{path}"), &headers, bytes, &tenant.id)

@@ -51,6 +51,8 @@ pub struct Timeouts {
     pub idle: Duration,
     /// Longest a client may take to send a request's headers (slowloris).
     pub header_read: Duration,
+    /// Longest a client may take to send a request's whole body (slow uploads).
+    pub body_read: Duration,
 }
 
 #[derive(Debug, Clone)]

@@ -37,6 +37,7 @@ pub struct RawTimeouts {
     pub first_byte_ms: Option<u64>,
     pub idle_ms: Option<u64>,
     pub header_read_ms: Option<u64>,
+    pub body_read_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

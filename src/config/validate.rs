@@ -109,6 +109,7 @@ fn server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
             first_byte: ms("server.timeouts.first_byte_ms", t.first_byte_ms, 300_000)?,
             idle: ms("server.timeouts.idle_ms", t.idle_ms, 120_000)?,
             header_read: ms("server.timeouts.header_read_ms", t.header_read_ms, 10_000)?,
+            body_read: ms("server.timeouts.body_read_ms", t.body_read_ms, 30_000)?,
         },
         failover_cooldown: ms(
             "server.failover_cooldown_ms",

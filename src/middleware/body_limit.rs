@@ -1,6 +1,8 @@
 //! Reading a request body with a hard cap: a declared `content-length` over
 //! the cap is refused before a byte is read, and a chunked body is cut off the
-//! moment it passes the cap. Either way a 413 in the OpenAI shape.
+//! moment it passes the cap. Either way a 413 in the OpenAI shape. A body
+//! that takes longer than `body_read_ms` to arrive is a 408: a slow upload
+//! must not hold a connection and its memory for ever.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, header};
@@ -20,6 +22,7 @@ pub async fn read_limited(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
+    timeout: std::time::Duration,
 ) -> Result<Bytes, ApiError> {
     if let Some(len) = headers.get(header::CONTENT_LENGTH) {
         let declared = len.to_str().ok().and_then(|s| s.parse::<u64>().ok());
@@ -35,7 +38,19 @@ pub async fn read_limited(
             }
         }
     }
-    match Limited::new(body, limit).collect().await {
+    let collected = tokio::time::timeout(timeout, Limited::new(body, limit).collect())
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                ErrorKind::RequestTimeout,
+                format!("the request body did not arrive within {timeout:?}"),
+            )
+            .with_header(
+                header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            )
+        })?;
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large(limit)),
         Err(e) => Err(ApiError::new(

@@ -51,7 +51,14 @@ async fn prepare(
         .ok_or_else(|| ApiError::new(ErrorKind::Internal, format!("no API for route {route}")))?;
     let runtime = state.runtime.load_full();
     let (mut parts, body) = req.into_parts();
-    let bytes = read_limited(&parts.headers, body, runtime.config.server.max_body_bytes).await?;
+    let server = &runtime.config.server;
+    let bytes = read_limited(
+        &parts.headers,
+        body,
+        server.max_body_bytes,
+        server.timeouts.body_read,
+    )
+    .await?;
     let tenant = parts
         .extensions
         .get::<Tenant>()
