@@ -5,6 +5,7 @@
 use kvgate_prefix::Api;
 use serde_json::Value;
 
+use crate::routing::held::Scope;
 use crate::state::Runtime;
 
 /// A prompt as the engine will see it: what `kv_aware` looks up.
@@ -16,10 +17,10 @@ pub struct KvPrompt {
     pub tokens: usize,
     /// The prompt went on past what was tokenized.
     pub truncated: bool,
-    /// The first block's salt-blind key and the engine-visible `cache_salt`,
-    /// when the prompt has one: how an event that does not report its salt
-    /// is attributed to this request's tenant.
-    pub salted_root: Option<(u64, String)>,
+    /// The first block's scope-blind key and the prompt's scope (salt,
+    /// partition), when not the default: how an event that does not say whose
+    /// its first block is gets attributed to this request's tenant and partition.
+    pub scoped_root: Option<(u64, Scope)>,
 }
 
 /// The `cache_salt` the engine will see: the tenant's when isolation salting
@@ -43,7 +44,7 @@ pub fn kv_prompt(
     max_blocks: usize,
     api: Api,
     body: &Value,
-    salt: Option<String>,
+    scope: Scope,
 ) -> Option<KvPrompt> {
     let limit = max_blocks.saturating_mul(kv.block_size);
     let tok = &kv.tokenizer;
@@ -73,16 +74,15 @@ pub fn kv_prompt(
         }
     };
     let ids = &tokens.ids;
-    let seed = crate::routing::held::seed(salt.as_deref());
-    let keys = crate::routing::held::token_keys(seed, ids, kv.block_size, max_blocks);
-    let salted_root = salt.filter(|_| ids.len() >= kv.block_size).map(|s| {
+    let keys = crate::routing::held::token_keys(scope.seed(), ids, kv.block_size, max_blocks);
+    let scoped_root = (!scope.is_default() && ids.len() >= kv.block_size).then(|| {
         let root = crate::routing::held::root_content_key(&ids[..kv.block_size]);
-        (root, s)
+        (root, scope)
     });
     Some(KvPrompt {
         keys,
         tokens: ids.len(),
         truncated: tokens.truncated,
-        salted_root,
+        scoped_root,
     })
 }

@@ -267,8 +267,11 @@ pub fn analyse(
         .as_ref()
         .filter(|_| routing.strategy.uses_events())
         .and_then(|kv| {
-            let salt = crate::kv_prompt::engine_salt(runtime, &value, tenant);
-            crate::kv_prompt::kv_prompt(kv, routing.max_prompt_blocks, api, &value, salt)
+            let scope = crate::routing::held::Scope {
+                salt: crate::kv_prompt::engine_salt(runtime, &value, tenant),
+                partition: partition.clone(),
+            };
+            crate::kv_prompt::kv_prompt(kv, routing.max_prompt_blocks, api, &value, scope)
         })
         .map(Arc::new);
     let prompt_tokens = match &kv {

@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::wire::{Batch, Event};
-use crate::routing::held::{self, Held, HeldIndex, TierWeights};
+use crate::routing::held::{self, Held, HeldIndex, Scope, TierWeights};
 use crate::telemetry;
 
-/// Salts of recently sent prompts, by their first block's content key.
+/// Scopes (salt, partition) of recently sent prompts, by their first block's content key.
 const PENDING_SALTS: usize = 4096;
 
 /// How a feed judges and bounds what it hears.
@@ -44,7 +44,7 @@ pub struct Counters {
 #[derive(Debug)]
 struct State {
     index: HeldIndex,
-    pending: lru::LruCache<u64, String>,
+    pending: lru::LruCache<u64, Scope>,
     last_batch: Option<Instant>,
     /// The oldest request sent since the last batch that should make the
     /// instance store blocks.
@@ -173,13 +173,16 @@ impl Feed {
         }
     }
 
-    /// The gateway sent this instance a prompt: `salted_root` is its first
-    /// block's content key and salt when it has a salt; `new_blocks` whether
-    /// the instance should store blocks it does not hold yet.
-    pub fn dispatched(&self, salted_root: Option<(u64, &str)>, new_blocks: bool, now: Instant) {
+    /// The gateway sent this instance a prompt: `scoped_root` is its first
+    /// block's content key and scope when not the default; `new_blocks`
+    /// whether the instance should store blocks it does not hold yet. The
+    /// first sender of a root owns it until its event arrives.
+    pub fn dispatched(&self, scoped_root: Option<&(u64, Scope)>, new_blocks: bool, now: Instant) {
         let mut st = self.lock();
-        if let Some((root, salt)) = salted_root {
-            st.pending.put(root, salt.to_owned());
+        if let Some((root, scope)) = scoped_root
+            && !st.pending.contains(root)
+        {
+            st.pending.put(*root, scope.clone());
         }
         if new_blocks && st.awaiting.is_none() {
             st.awaiting = Some(now);
@@ -246,11 +249,21 @@ impl Feed {
                     }
                     let root_seed = if parent.is_none() {
                         let first = token_ids.get(..*block_size).unwrap_or_default();
-                        let salt = match salt {
-                            Some(reported) => reported.clone(),
-                            None => st.pending.get(&held::root_content_key(first)).cloned(),
+                        let sent = st.pending.pop(&held::root_content_key(first));
+                        let scope = match (salt, sent) {
+                            // The engine says which salt; the partition is the
+                            // gateway's, if it sent this prompt under that salt.
+                            (Some(reported), sent) => Scope {
+                                partition: sent
+                                    .filter(|s| s.salt == *reported)
+                                    .map(|s| s.partition)
+                                    .unwrap_or_default(),
+                                salt: reported.clone(),
+                            },
+                            (None, Some(sent)) => sent,
+                            (None, None) => Scope::default(),
                         };
-                        held::seed(salt.as_deref())
+                        scope.seed()
                     } else {
                         0
                     };

@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 
-use xxhash_rust::xxh3::{Xxh3, xxh3_64_with_seed};
+use xxhash_rust::xxh3::Xxh3;
 
 /// A block hash as the engine reported it, folded to 64 bits.
 pub type EngineHash = u64;
@@ -38,12 +38,44 @@ pub enum Medium {
 const SEED_DOMAIN: u64 = 0x6b76_6761_7465_6b76; // "kvgatekv"
 const CONTENT_DOMAIN: u64 = 0x636f_6e74_656e_7421; // "content!"
 
-/// The chain seed of a prompt the engine saw with `salt`.
-pub fn seed(salt: Option<&str>) -> u64 {
-    match salt {
-        None => SEED_DOMAIN,
-        Some(s) => xxh3_64_with_seed(s.as_bytes(), SEED_DOMAIN) ^ 1,
+/// Whose blocks these are: the engine-visible `cache_salt` (the engine keeps
+/// salts apart) and the gateway's partition (`prompt_cache_key`,
+/// `X-Amzn-SageMaker-Prefix-Aware-Id`), which scopes matching as it scopes
+/// `longest_prefix`'s chains. The default is unsalted and unpartitioned.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Scope {
+    pub salt: Option<String>,
+    pub partition: String,
+}
+
+impl Scope {
+    pub fn is_default(&self) -> bool {
+        self.salt.is_none() && self.partition.is_empty()
     }
+
+    /// The chain seed of a prompt in this scope.
+    pub fn seed(&self) -> u64 {
+        if self.is_default() {
+            return SEED_DOMAIN;
+        }
+        let mut h = Xxh3::with_seed(SEED_DOMAIN);
+        if let Some(s) = &self.salt {
+            h.update(&(s.len() as u64).to_le_bytes());
+            h.update(s.as_bytes());
+        }
+        h.update(&[0xff]);
+        h.update(self.partition.as_bytes());
+        h.digest() ^ 1
+    }
+}
+
+/// The chain seed of a prompt the engine saw with `salt`, unpartitioned.
+pub fn seed(salt: Option<&str>) -> u64 {
+    Scope {
+        salt: salt.map(str::to_owned),
+        partition: String::new(),
+    }
+    .seed()
 }
 
 fn chain(parent: u64, tokens: &[u32]) -> u64 {

@@ -88,3 +88,24 @@ fn a_reused_engine_hash_is_rekeyed() {
     assert_eq!(idx.matched(&kb, None, W).blocks, 1);
     assert_eq!(idx.len(), 1);
 }
+
+#[test]
+fn scopes_seed_apart_and_the_default_is_unsalted() {
+    let s = |salt: Option<&str>, p: &str| Scope {
+        salt: salt.map(str::to_owned),
+        partition: p.to_owned(),
+    };
+    assert_eq!(Scope::default().seed(), seed(None));
+    let all = [
+        s(None, ""),
+        s(None, "p"),
+        s(Some("t"), ""),
+        s(Some("t"), "p"),
+        s(Some("tp"), ""),
+    ];
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            assert_ne!(a.seed(), b.seed(), "{a:?} and {b:?}");
+        }
+    }
+}

@@ -87,9 +87,11 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
         }
         if let (Some(prompt), Some(sub)) = (&f.input.kv, instance.kv_feed()) {
             let held = seen.get(idx).map_or(0, |s| s.held_blocks);
-            let salted = prompt.salted_root.as_ref().map(|(k, s)| (*k, s.as_str()));
-            sub.feed
-                .dispatched(salted, held < prompt.keys.len(), Instant::now());
+            sub.feed.dispatched(
+                prompt.scoped_root.as_ref(),
+                held < prompt.keys.len(),
+                Instant::now(),
+            );
         }
         let inserted = if indexed {
             telemetry::matched_fraction(ep.name(), matched_fraction(ep, &request, &load));

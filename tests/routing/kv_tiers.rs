@@ -121,3 +121,33 @@ async fn blocks_in_a_shared_tier_count_for_every_instance_below_a_local_hit() {
     let e = explained(&gw, None, &body, |e| e["chosen"] == id.as_str()).await;
     assert_eq!(at(&e, &id)["matched_blocks"], blocks);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitions_blocks_count_for_that_partition_as_under_longest_prefix() {
+    let ups = upstreams(3).await;
+    let mut pubs = publishers(3, Encoding::Array).await;
+    let gw = Gateway::start(&kv_yaml(&ups, &pubs, &[], "")).await;
+    subscribed(&[&gw], &mut pubs).await;
+    let with_key = |k: Option<&str>| {
+        let mut b = chat("astrophysics");
+        if let Some(k) = k {
+            b["prompt_cache_key"] = Value::from(k);
+        }
+        b
+    };
+    let ids = tokens(&with_key(None));
+    let blocks = ids.len() as u64 / 16;
+    let (status, by, _) = send(&gw, None, &with_key(Some("session-1"))).await;
+    assert_eq!(status, 200);
+    let x: usize = by[1..].parse().unwrap();
+    let stored = pubs[x].stored(10, None, &ids, 16, None);
+    pubs[x].send(vec![stored]).await;
+    explained(&gw, None, &with_key(Some("session-1")), |e| {
+        at(e, &by)["held_prefix_blocks"] == blocks
+    })
+    .await;
+    for other in [Some("session-2"), None] {
+        let e = explain(&gw, None, &with_key(other)).await;
+        assert_eq!(at(&e, &by)["held_prefix_blocks"], 0, "{other:?}: {e}");
+    }
+}
