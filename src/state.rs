@@ -276,19 +276,25 @@ fn shared_tier(ec: &EndpointConfig, old: Option<&Endpoint>) -> Option<Arc<Subscr
         .as_ref()
         .filter(|_| ec.routing.strategy.uses_events())?;
     let tier = kv.shared.as_ref()?;
-    let kept = old
-        .and_then(|o| o.shared_tier.clone())
-        .filter(|s| s.feed.events_url == tier.kv_events && s.feed.replay_url == tier.kv_replay);
+    let kept = old.and_then(|o| o.shared_tier.clone()).filter(|s| {
+        s.feed.events_url == tier.kv_events
+            && s.feed.replay_url == tier.kv_replay
+            && s.feed.block_size == kv.block_size
+    });
+    let settings = FeedSettings {
+        silence: kv.silence,
+        limit: held_limit(ec.routing.cache_tokens / kv.block_size.max(1)),
+        block_size: kv.block_size,
+    };
+    if let Some(s) = &kept {
+        s.feed.update(settings);
+    }
     kept.or_else(|| {
         Subscription::start(Feed::new(
             (&ec.name, "shared_tier"),
             &tier.kv_events,
             tier.kv_replay.as_deref(),
-            FeedSettings {
-                silence: kv.silence,
-                limit: held_limit(ec.routing.cache_tokens / kv.block_size.max(1)),
-                block_size: kv.block_size,
-            },
+            settings,
         ))
         .map(Arc::new)
     })

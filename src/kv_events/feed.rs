@@ -2,12 +2,17 @@
 //! be trusted right now, and the counts `explain` and `/metrics` show. The
 //! subscriber task writes it; request routing reads it.
 //!
-//! Trust: events are used while the subscription is connected and the
-//! publisher is not *silent*. vLLM sends nothing when idle, so silence alone
-//! means nothing; silence after the gateway sent the instance a prompt that
-//! must store new blocks does. Once such a request is older than `silence`
-//! with no batch since, the instance falls back to the approximate index
-//! until events flow again.
+//! Trust: events are used while the subscription is connected, the publisher
+//! is not *silent* and the index is not *partial*. vLLM sends nothing when
+//! idle, so silence alone means nothing; silence after the gateway sent the
+//! instance a prompt that must store new blocks does: once such a request is
+//! older than `silence` with no batch since, the instance falls back to the
+//! approximate index until events flow again. Partial: the index missed part
+//! of the publisher's history (first heard mid-stream with the replay buffer
+//! no longer reaching back to batch 0, or a gap replay could not fill), so
+//! blocks the engine already held are unknown, and new blocks under them are
+//! dropped (their parent is unknown). It stays partial until `silence` has
+//! passed with no such orphaned block.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,8 +49,13 @@ pub struct Counters {
 #[derive(Debug)]
 struct State {
     index: HeldIndex,
-    pending: lru::LruCache<u64, Scope>,
+    /// Scope and send time of prompts whose first block the instance did not hold.
+    pending: lru::LruCache<u64, (Scope, Instant)>,
     last_batch: Option<Instant>,
+    /// Since when the index may lack blocks the engine holds.
+    partial_since: Option<Instant>,
+    /// The last stored block dropped for an unknown parent.
+    last_orphan: Option<Instant>,
     /// The oldest request sent since the last batch that should make the
     /// instance store blocks.
     awaiting: Option<Instant>,
@@ -60,6 +70,8 @@ pub enum Trust {
     Disconnected,
     /// Requests went unanswered by events for longer than `silence`.
     Silent,
+    /// The index missed part of the publisher's history (see the module docs).
+    Partial,
 }
 
 impl Trust {
@@ -72,6 +84,7 @@ impl Trust {
             Self::Live { .. } => "events",
             Self::Disconnected => "disconnected",
             Self::Silent => "silent",
+            Self::Partial => "partial",
         }
     }
 }
@@ -88,7 +101,10 @@ pub struct Feed {
     was_silent: AtomicBool,
     /// A block size other than the endpoint's was reported (logged once).
     warned_block_size: AtomicBool,
-    pub settings: FeedSettings,
+    /// The endpoint's `block_size` (a change makes a new feed).
+    pub block_size: usize,
+    /// `silence`, in ms (reloads change it in place).
+    silence_ms: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -107,7 +123,10 @@ impl Feed {
             connected: AtomicBool::new(false),
             was_silent: AtomicBool::new(false),
             warned_block_size: AtomicBool::new(false),
-            settings,
+            block_size: settings.block_size,
+            silence_ms: AtomicU64::new(
+                u64::try_from(settings.silence.as_millis()).unwrap_or(u64::MAX),
+            ),
             state: Mutex::new(State {
                 index: HeldIndex::new(settings.limit),
                 pending: lru::LruCache::new(
@@ -115,9 +134,22 @@ impl Feed {
                         .unwrap_or(std::num::NonZeroUsize::MIN),
                 ),
                 last_batch: None,
+                partial_since: None,
+                last_orphan: None,
                 awaiting: None,
             }),
         }
+    }
+
+    fn silence(&self) -> Duration {
+        Duration::from_millis(self.silence_ms.load(Ordering::Relaxed))
+    }
+
+    /// Apply a reload's silence and limit (the block size cannot change in place).
+    pub fn update(&self, settings: FeedSettings) {
+        let ms = u64::try_from(settings.silence.as_millis()).unwrap_or(u64::MAX);
+        self.silence_ms.store(ms, Ordering::Relaxed);
+        self.lock().index.set_limit(settings.limit);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -136,15 +168,25 @@ impl Feed {
         if !self.connected.load(Ordering::Relaxed) {
             return Trust::Disconnected;
         }
-        let st = self.lock();
+        let mut st = self.lock();
+        let silence = self.silence();
+        let within =
+            |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) < silence);
+        if st.partial_since.is_some() {
+            if within(st.partial_since) || within(st.last_orphan) {
+                return Trust::Partial;
+            }
+            st.partial_since = None;
+            tracing::info!(endpoint = %self.labels.0, instance = %self.labels.1, "KV event index complete again");
+        }
         let silent = st
             .awaiting
-            .is_some_and(|t| now.saturating_duration_since(t) > self.settings.silence);
+            .is_some_and(|t| now.saturating_duration_since(t) > silence);
         let age = st.last_batch.map(|t| now.saturating_duration_since(t));
         drop(st);
         if self.was_silent.swap(silent, Ordering::Relaxed) != silent {
             if silent {
-                tracing::warn!(endpoint = %self.labels.0, instance = %self.labels.1, events = %self.events_url, silence = ?self.settings.silence, "KV events went silent after requests that must store blocks; approximate index until they resume");
+                tracing::warn!(endpoint = %self.labels.0, instance = %self.labels.1, events = %self.events_url, silence = ?silence, "KV events went silent after requests that must store blocks; approximate index until they resume");
             } else {
                 tracing::info!(endpoint = %self.labels.0, instance = %self.labels.1, "KV events resumed");
             }
@@ -174,28 +216,79 @@ impl Feed {
     }
 
     /// The gateway sent this instance a prompt: `scoped_root` is its first
-    /// block's content key and scope when not the default; `new_blocks`
-    /// whether the instance should store blocks it does not hold yet. The
-    /// first sender of a root owns it until its event arrives.
-    pub fn dispatched(&self, scoped_root: Option<&(u64, Scope)>, new_blocks: bool, now: Instant) {
+    /// block's content key and scope when not the default and the instance
+    /// does not hold that block; `new_blocks` whether it should store blocks
+    /// it does not hold yet. The first sender of a root owns it until its
+    /// event arrives or `silence` passes. Returns the time it now awaits a
+    /// batch from, if this request started the wait (to [`Feed::withdraw`]).
+    pub fn dispatched(
+        &self,
+        scoped_root: Option<&(u64, Scope)>,
+        new_blocks: bool,
+        now: Instant,
+    ) -> Option<Instant> {
         let mut st = self.lock();
-        if let Some((root, scope)) = scoped_root
-            && !st.pending.contains(root)
-        {
-            st.pending.put(*root, scope.clone());
+        if let Some((root, scope)) = scoped_root {
+            let fresh = st
+                .pending
+                .peek(root)
+                .is_some_and(|(_, t)| now.saturating_duration_since(*t) < self.silence());
+            if !fresh {
+                st.pending.put(*root, (scope.clone(), now));
+            }
         }
-        if new_blocks && st.awaiting.is_none() {
+        let connected = self.connected.load(Ordering::Relaxed);
+        if new_blocks && connected && st.awaiting.is_none() {
             st.awaiting = Some(now);
+            return Some(now);
+        }
+        None
+    }
+
+    /// The request that started the wait did no work (refused, failed):
+    /// nothing is to be expected from it.
+    pub fn withdraw(&self, since: Instant) {
+        let mut st = self.lock();
+        if st.awaiting == Some(since) {
+            st.awaiting = None;
         }
     }
 
-    /// Forget everything the publisher said (restart, AllBlocksCleared, a gap
-    /// replay could not fill).
+    /// Forget everything the publisher said: it restarted or cleared its
+    /// cache, so the engine holds nothing and the index is complete again.
     pub fn reset(&self) {
-        self.lock().index.clear();
+        {
+            let mut st = self.lock();
+            st.index.clear();
+            st.partial_since = None;
+        }
         self.counters.resets.fetch_add(1, Ordering::Relaxed);
         self.sequence("reset");
         telemetry::kv_held(&self.labels.0, &self.labels.1, 0);
+    }
+
+    /// Start over from an empty index (first contact), counting nothing.
+    pub fn start_over(&self) {
+        let mut st = self.lock();
+        st.index.clear();
+        st.partial_since = None;
+    }
+
+    /// The index missed part of the history: from now it is partial
+    /// (`clear`: and what it held can no longer be trusted either).
+    pub fn partial(&self, clear: bool, now: Instant) {
+        let mut st = self.lock();
+        if clear {
+            st.index.clear();
+        }
+        st.partial_since = Some(now);
+        drop(st);
+        if clear {
+            self.counters.resets.fetch_add(1, Ordering::Relaxed);
+            self.sequence("reset");
+            telemetry::kv_held(&self.labels.0, &self.labels.1, 0);
+        }
+        tracing::warn!(endpoint = %self.labels.0, instance = %self.labels.1, "KV event history incomplete; approximate index until it is whole again");
     }
 
     /// Count a gap, replay or reset.
@@ -238,18 +331,23 @@ impl Feed {
                         dropped += hashes.len() as u64;
                         continue;
                     }
-                    if *block_size != self.settings.block_size {
+                    if *block_size != self.block_size {
                         // Keys of other-sized blocks never equal a request's:
                         // a misconfiguration to name, not to route on.
                         if !self.warned_block_size.swap(true, Ordering::Relaxed) {
-                            tracing::error!(endpoint = %self.labels.0, instance = %self.labels.1, reported = *block_size, configured = self.settings.block_size, "KV events report another block size than routing.block_size; set it to vLLM's --block-size");
+                            tracing::error!(endpoint = %self.labels.0, instance = %self.labels.1, reported = *block_size, configured = self.block_size, "KV events report another block size than routing.block_size; set it to vLLM's --block-size");
                         }
                         dropped += hashes.len() as u64;
                         continue;
                     }
                     let root_seed = if parent.is_none() {
                         let first = token_ids.get(..*block_size).unwrap_or_default();
-                        let sent = st.pending.pop(&held::root_content_key(first));
+                        let silence = self.silence();
+                        let sent = st
+                            .pending
+                            .pop(&held::root_content_key(first))
+                            .filter(|(_, t)| now.saturating_duration_since(*t) < silence)
+                            .map(|(scope, _)| scope);
                         let scope = match (salt, sent) {
                             // The engine says which salt; the partition is the
                             // gateway's, if it sent this prompt under that salt.
@@ -272,6 +370,9 @@ impl Feed {
                             .store(hashes, *parent, token_ids, *block_size, *medium, root_seed);
                     applied += a.stored as u64;
                     dropped += a.dropped as u64;
+                    if a.orphaned > 0 {
+                        st.last_orphan = Some(now);
+                    }
                 }
                 Event::Removed { hashes, medium } => {
                     applied += st.index.remove(hashes, *medium) as u64;

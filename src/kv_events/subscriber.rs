@@ -6,16 +6,18 @@
 //! - the next number: apply;
 //! - a jump ahead: a gap. Ask the replay socket for the missing batches
 //!   (`[b"", start (8 bytes BE)]`, answered by `[b"", seq, payload]` frames and
-//!   an end marker of seq −1); apply them in order, then the one received. If
-//!   replay is not configured or cannot cover the gap, reset the instance:
-//!   an index that missed removals would overstate what it holds;
+//!   an end marker of seq −1), applying them as they come, then the one
+//!   received. If replay is not configured or its buffer no longer reaches
+//!   back to the gap, the index is cleared and marked partial: one that missed
+//!   removals would overstate what the instance holds;
 //! - a number not above the last: the publisher restarted (its numbering
-//!   began again, its cache is empty): reset.
+//!   began again, its cache is empty): reset, and catch up from batch 0.
 //!
-//! On the first batch after subscribing, a publisher already running may
-//! hold blocks from before; with a replay socket its buffer is read from 0.
-//! The socket reconnects by itself; the monitor tells the feed when it is up.
-
+//! First contact — on subscribing, and again after every reconnection (the
+//! engine may have restarted meanwhile) — starts from an empty index and reads
+//! the replay buffer from batch 0. If that reaches back to 0 the index is
+//! complete; otherwise it is partial (see `feed`) until it has settled. The
+//! socket reconnects by itself; the monitor tells the feed when it is up.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,6 +62,8 @@ pub async fn run(feed: Arc<Feed>) {
                 ev = monitor.next() => match ev {
                     Some(SocketEvent::Disconnected(_)) => {
                         feed.set_connected(false);
+                        // Whoever answers next may be a restarted engine.
+                        last = None;
                         tracing::warn!(events = %feed.events_url, "KV event publisher disconnected; approximate index until it is back");
                     }
                     Some(SocketEvent::Connected(..)) => feed.set_connected(true),
@@ -90,30 +94,33 @@ async fn on_message(feed: &Feed, last: &mut Option<u64>, m: &ZmqMessage) {
             return;
         }
     };
-    let expected = match *last {
-        Some(l) if seq <= l => {
+    // (first batch to catch up from, whether the index starts from empty)
+    let catch_up = match *last {
+        Some(l) if seq == l.wrapping_add(1) => None,
+        Some(l) if seq > l => {
+            feed.sequence("gap");
+            tracing::warn!(events = %feed.events_url, from = l + 1, to = seq, "KV event gap");
+            Some((l + 1, false))
+        }
+        Some(l) => {
             tracing::info!(events = %feed.events_url, seq, last = l, "KV event publisher restarted; resetting its index");
             feed.reset();
-            None
+            Some((0, true))
         }
-        Some(l) => Some(l + 1),
-        // First batch heard: catch up on what the publisher still buffers.
-        None => Some(0),
+        None => {
+            // First contact: start from nothing and read the history.
+            feed.start_over();
+            Some((0, true))
+        }
     };
-    if let Some(from) = expected.filter(|&from| from < seq) {
-        let first_contact = last.is_none();
-        if !first_contact {
-            feed.sequence("gap");
-            tracing::warn!(events = %feed.events_url, from, to = seq, "KV event gap");
-        }
+    if let Some((from, fresh)) = catch_up.filter(|&(from, _)| from < seq) {
         match replay(feed, from, seq).await {
-            Some(n) => {
+            Replayed::Whole(n) => {
                 feed.sequence("replay");
                 tracing::info!(events = %feed.events_url, batches = n, "KV events replayed");
             }
-            // Missing removals would overstate what the instance holds.
-            None if !first_contact => feed.reset(),
-            None => {}
+            // What was missed may include removals: a gap's index is cleared.
+            Replayed::Short | Replayed::Unavailable => feed.partial(!fresh, Instant::now()),
         }
     }
     *last = Some(seq);
@@ -130,17 +137,30 @@ fn apply(feed: &Feed, payload: &[u8]) {
     }
 }
 
-/// Replay batches `from..to`; the number applied, or `None` when the
-/// replay socket is absent, unreachable, or no longer holds `from`.
-async fn replay(feed: &Feed, from: u64, to: u64) -> Option<usize> {
-    let url = feed.replay_url.as_deref()?;
+enum Replayed {
+    /// Every batch from the one asked for, applied.
+    Whole(u64),
+    /// The buffer no longer reached back that far; what it had was applied
+    /// if the index started from empty.
+    Short,
+    /// No replay socket, or it did not answer in time.
+    Unavailable,
+}
+
+/// Replay batches `from..to`, applying each as it arrives (in order; a
+/// replay never buffers the whole history), at most `to - from` of them.
+async fn replay(feed: &Feed, from: u64, to: u64) -> Replayed {
+    let Some(url) = feed.replay_url.as_deref() else {
+        return Replayed::Unavailable;
+    };
     let work = async {
         let mut dealer = zeromq::DealerSocket::new();
         dealer.connect(url).await.ok()?;
         let mut req = ZmqMessage::from(Vec::<u8>::new());
         req.push_back(from.to_be_bytes().to_vec().into());
         dealer.send(req).await.ok()?;
-        let mut batches: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut next = from;
+        let mut short = false;
         loop {
             let m = dealer.recv().await.ok()?;
             let parts: Vec<&[u8]> = m.iter().map(|b| b.as_ref()).collect();
@@ -153,26 +173,29 @@ async fn replay(feed: &Feed, from: u64, to: u64) -> Option<usize> {
             if seq == END_OF_REPLAY {
                 break;
             }
-            if seq >= from && seq < to {
-                batches.push((seq, payload.to_vec()));
+            if seq < next || seq >= to {
+                continue;
             }
+            if seq > next {
+                // The buffer starts later than asked: history is missing.
+                short = true;
+                if from > 0 {
+                    // A gap's batches are useless without the ones before.
+                    return Some(Replayed::Short);
+                }
+            }
+            apply(feed, payload);
+            next = seq + 1;
         }
-        Some(batches)
+        Some(if short || next < to {
+            Replayed::Short
+        } else {
+            Replayed::Whole(next - from)
+        })
     };
-    let batches = tokio::time::timeout(REPLAY_TIMEOUT, work).await.ok()??;
-    // The buffer must still reach back to `from`, or blocks were missed.
-    if batches.first().map(|b| b.0) != Some(from) && from < to {
-        if from == 0 {
-            // First contact: take what the buffer has.
-            for (_, p) in &batches {
-                apply(feed, p);
-            }
-            return Some(batches.len());
-        }
-        return None;
-    }
-    for (_, p) in &batches {
-        apply(feed, p);
-    }
-    Some(batches.len())
+    tokio::time::timeout(REPLAY_TIMEOUT, work)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(Replayed::Unavailable)
 }

@@ -144,6 +144,8 @@ pub struct Applied {
     pub stored: usize,
     /// Blocks that could not be keyed: parent unknown, LoRA, bad block size.
     pub dropped: usize,
+    /// Of those, blocks whose parent the index never saw (it missed history).
+    pub orphaned: usize,
 }
 
 #[derive(Debug, Default)]
@@ -165,6 +167,12 @@ impl HeldIndex {
 
     pub fn len(&self) -> usize {
         self.held.len()
+    }
+
+    /// A new bound on engine hashes kept; blocks already held stay (the
+    /// engine's removals shrink the index).
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit.max(1);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -200,6 +208,7 @@ impl HeldIndex {
                     return Applied {
                         stored: 0,
                         dropped: hashes.len(),
+                        orphaned: hashes.len(),
                     };
                 }
             },
@@ -208,6 +217,7 @@ impl HeldIndex {
             return Applied {
                 stored: 0,
                 dropped: hashes.len(),
+                orphaned: 0,
             };
         }
         let mut applied = Applied::default();

@@ -85,14 +85,23 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
         if attempt == 0 {
             count_fallbacks(ep, &f.input, &seen);
         }
-        if let (Some(prompt), Some(sub)) = (&f.input.kv, instance.kv_feed()) {
-            let held = seen.get(idx).map_or(0, |s| s.held_blocks);
-            sub.feed.dispatched(
-                prompt.scoped_root.as_ref(),
-                held < prompt.keys.len(),
-                Instant::now(),
-            );
-        }
+        let feed = instance.kv_feed();
+        let awaiting = match (&f.input.kv, &feed) {
+            (Some(prompt), Some(sub)) => {
+                let held = seen.get(idx).map_or(0, |s| s.held_blocks);
+                // Attribution matters only for a first block the instance lacks.
+                let root = prompt.scoped_root.as_ref().filter(|_| held == 0);
+                sub.feed
+                    .dispatched(root, held < prompt.keys.len(), Instant::now())
+            }
+            _ => None,
+        };
+        // This attempt did no work: no event is to be expected from it.
+        let withdraw = || {
+            if let (Some(sub), Some(t)) = (&feed, awaiting) {
+                sub.feed.withdraw(t);
+            }
+        };
         let inserted = if indexed {
             telemetry::matched_fraction(ep.name(), matched_fraction(ep, &request, &load));
             let inserted = instance.index.insert(&f.input.chain);
@@ -126,6 +135,7 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
                 ));
             }
             Ok(Err(e)) => {
+                withdraw();
                 if indexed {
                     take_back(ep, instance, &f.input.chain, inserted);
                 }
@@ -158,6 +168,9 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
             status,
             StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE
         );
+        if no_work || status.is_client_error() {
+            withdraw();
+        }
         if indexed && (no_work || status.is_client_error()) {
             // Overloaded, starting, or refusing the request (context too long,
             // rate limited): it cached nothing, even when its answer is the client's.

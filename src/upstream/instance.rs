@@ -99,11 +99,14 @@ impl Instance {
             (Some(sub), Some(url)) => {
                 sub.feed.events_url == url
                     && sub.feed.replay_url.as_deref() == replay
-                    && sub.feed.settings == settings
+                    && sub.feed.block_size == settings.block_size
             }
             _ => false,
         };
         if same {
+            if let Some(sub) = current.as_deref() {
+                sub.feed.update(settings);
+            }
             return;
         }
         let next = events.and_then(|url| {

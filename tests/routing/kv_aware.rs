@@ -287,3 +287,31 @@ async fn blocks_of_another_size_than_block_size_are_dropped_not_matched() {
     assert_eq!(at(&e, "u1")["held_prefix_blocks"], 0);
     assert_eq!(at(&e, "u1")["kv_events"]["held_blocks"], 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heard_mid_stream_with_history_gone_an_instance_is_partial_until_it_settles() {
+    let ups = upstreams(2).await;
+    let mut pubs = publishers(2, Encoding::Map).await;
+    // u1's engine has been running: batches 0..5 went out before the gateway
+    // started, and its replay buffer no longer holds the first three.
+    for _ in 0..5 {
+        pubs[1].send(vec![]).await;
+    }
+    pubs[1].forget_before(3);
+    let gw = Gateway::start(&kv_yaml(&ups, &pubs, &["kv_events_silence_ms: 400"], "")).await;
+    subscribed(&[&gw], &mut pubs).await;
+    let body = chat("cartography");
+    let e = explain(&gw, None, &body).await;
+    assert_eq!(at(&e, "u1")["kv_events"]["state"], "partial", "{e}");
+    assert_eq!(at(&e, "u1")["source"], "approximate");
+    assert_eq!(
+        at(&e, "u0")["kv_events"]["state"],
+        "events",
+        "u0 was heard from batch 0"
+    );
+    // Nothing orphaned for a silence window: complete again.
+    explained(&gw, None, &body, |e| {
+        at(e, "u1")["kv_events"]["state"] == "events"
+    })
+    .await;
+}

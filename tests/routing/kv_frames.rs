@@ -108,6 +108,12 @@ impl Publisher {
         self.batch(events, true).await
     }
 
+    /// The replay buffer drops batches before `seq` (a bounded buffer that
+    /// has moved on).
+    pub fn forget_before(&self, seq: u64) {
+        self.buffer.lock().unwrap().retain(|(q, _)| *q >= seq);
+    }
+
     /// As a restarted vLLM looks: numbering from 0, nothing buffered.
     pub fn restart(&mut self) {
         self.next = 0;
