@@ -12,7 +12,7 @@ use crate::state::Runtime;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvPrompt {
     /// Keys of its full engine blocks (`routing::held::token_keys`).
-    pub keys: Vec<u64>,
+    pub keys: std::sync::Arc<[u64]>,
     /// Tokens the tokenizer produced (at most the blocks the index can match).
     pub tokens: usize,
     /// The prompt went on past what was tokenized.
@@ -80,7 +80,7 @@ pub fn kv_prompt(
         (root, scope)
     });
     Some(KvPrompt {
-        keys,
+        keys: keys.into(),
         tokens: ids.len(),
         truncated: tokens.truncated,
         scoped_root,

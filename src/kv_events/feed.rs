@@ -54,6 +54,8 @@ struct State {
     last_batch: Option<Instant>,
     /// Since when the index may lack blocks the engine holds.
     partial_since: Option<Instant>,
+    /// Prompts expected (see `HeldIndex::expect`), oldest first, with when they were sent.
+    expecting: std::collections::VecDeque<(Instant, std::sync::Arc<[u64]>)>,
     /// The last stored block dropped for an unknown parent.
     last_orphan: Option<Instant>,
     /// The oldest request sent since the last batch that should make the
@@ -135,6 +137,7 @@ impl Feed {
                 ),
                 last_batch: None,
                 partial_since: None,
+                expecting: std::collections::VecDeque::new(),
                 last_orphan: None,
                 awaiting: None,
             }),
@@ -203,7 +206,10 @@ impl Feed {
     }
 
     pub fn matched(&self, keys: &[u64], shared: Option<&Feed>, w: TierWeights) -> Held {
-        let st = self.lock();
+        let mut st = self.lock();
+        if !st.expecting.is_empty() {
+            expire(&mut st, Instant::now(), self.silence());
+        }
         match shared {
             // Two locks, always this one first, and the shared feed never
             // takes an instance's: no cycle.
@@ -245,12 +251,29 @@ impl Feed {
         None
     }
 
-    /// The request that started the wait did no work (refused, failed):
-    /// nothing is to be expected from it.
-    pub fn withdraw(&self, since: Instant) {
+    /// A prompt with `keys` was sent: count its blocks as held until its
+    /// events come (at most `silence`).
+    pub fn expect(&self, keys: &std::sync::Arc<[u64]>, now: Instant) {
         let mut st = self.lock();
-        if st.awaiting == Some(since) {
+        expire(&mut st, now, self.silence());
+        st.index.expect(keys);
+        st.expecting.push_back((now, std::sync::Arc::clone(keys)));
+    }
+
+    /// The request that started the wait (`since`, if it did) and carried
+    /// `keys` did no work (refused, failed): nothing is to be expected from it.
+    pub fn withdraw(&self, since: Option<Instant>, keys: &std::sync::Arc<[u64]>) {
+        let mut st = self.lock();
+        if since.is_some() && st.awaiting == since {
             st.awaiting = None;
+        }
+        if let Some(pos) = st
+            .expecting
+            .iter()
+            .rposition(|(_, k)| std::sync::Arc::ptr_eq(k, keys))
+            && let Some((_, k)) = st.expecting.remove(pos)
+        {
+            st.index.unexpect(&k);
         }
     }
 
@@ -310,6 +333,7 @@ impl Feed {
 
     pub fn apply(&self, batch: &Batch, now: Instant) {
         let mut st = self.lock();
+        expire(&mut st, now, self.silence());
         st.last_batch = Some(now);
         st.awaiting = None;
         let c = &self.counters;
@@ -394,6 +418,19 @@ impl Feed {
         if cleared {
             c.resets.fetch_add(1, Ordering::Relaxed);
             telemetry::kv_sequence(ep, inst, "reset");
+        }
+    }
+}
+
+/// Stop expecting prompts sent longer than `ttl` ago.
+fn expire(st: &mut State, now: Instant, ttl: Duration) {
+    while st
+        .expecting
+        .front()
+        .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= ttl)
+    {
+        if let Some((_, keys)) = st.expecting.pop_front() {
+            st.index.unexpect(&keys);
         }
     }
 }

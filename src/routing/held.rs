@@ -152,6 +152,13 @@ pub struct Applied {
 pub struct HeldIndex {
     by_engine: HashMap<EngineHash, Node>,
     held: HashMap<u64, Copies>,
+    /// Blocks of prompts sent to the instance whose events have not come yet
+    /// (prefill in progress), by how many such prompts carry each: counted
+    /// as held so a second request for a prefix being prefilled follows the
+    /// first instead of prefilling it again elsewhere. A block leaves when
+    /// its BlockStored arrives (from then on events are the truth) or when
+    /// the caller gives the prompt up ([`HeldIndex::unexpect`]).
+    expected: HashMap<u64, u32>,
     /// Most engine hashes kept; stores beyond it are dropped (a publisher
     /// whose removals are lost must not grow the gateway without bound).
     limit: usize,
@@ -182,6 +189,34 @@ impl HeldIndex {
     pub fn clear(&mut self) {
         self.by_engine.clear();
         self.held.clear();
+        self.expected.clear();
+    }
+
+    /// A prompt with these keys was sent to the instance.
+    pub fn expect(&mut self, keys: &[u64]) {
+        for k in keys {
+            if !self.held.contains_key(k) {
+                *self.expected.entry(*k).or_default() += 1;
+            }
+        }
+    }
+
+    /// Give up expecting a prompt's keys (its events should have come by now,
+    /// or it was refused).
+    pub fn unexpect(&mut self, keys: &[u64]) {
+        for k in keys {
+            if let Some(n) = self.expected.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.expected.remove(k);
+                }
+            }
+        }
+    }
+
+    /// Blocks expected and not yet reported.
+    pub fn expected_len(&self) -> usize {
+        self.expected.len()
     }
 
     /// The key of the block the engine calls `hash`, if known.
@@ -246,6 +281,7 @@ impl HeldIndex {
             }
             let node = self.by_engine.get_mut(&h);
             let Some(node) = node else { continue };
+            self.expected.remove(&key);
             let copies = self.held.entry(key).or_default();
             match medium {
                 Medium::Gpu if !node.gpu => {
@@ -304,6 +340,8 @@ impl HeldIndex {
                     1.0
                 }
                 Some(Medium::Cpu) => w.cpu,
+                // Being prefilled there now: on the GPU by the time it matters.
+                None if self.expected.contains_key(&k) => 1.0,
                 None if shared.is_some_and(|s| s.held.contains_key(&k)) => w.l2,
                 None => break,
             };

@@ -91,15 +91,16 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
                 let held = seen.get(idx).map_or(0, |s| s.held_blocks);
                 // Attribution matters only for a first block the instance lacks.
                 let root = prompt.scoped_root.as_ref().filter(|_| held == 0);
-                sub.feed
-                    .dispatched(root, held < prompt.keys.len(), Instant::now())
+                let now = Instant::now();
+                sub.feed.expect(&prompt.keys, now);
+                sub.feed.dispatched(root, held < prompt.keys.len(), now)
             }
             _ => None,
         };
         // This attempt did no work: no event is to be expected from it.
         let withdraw = || {
-            if let (Some(sub), Some(t)) = (&feed, awaiting) {
-                sub.feed.withdraw(t);
+            if let (Some(sub), Some(prompt)) = (&feed, &f.input.kv) {
+                sub.feed.withdraw(awaiting, &prompt.keys);
             }
         };
         let inserted = if indexed {
