@@ -36,17 +36,20 @@ pub fn engine_salt(runtime: &Runtime, body: &Value, tenant: &str) -> Option<Stri
     }
 }
 
-/// Tokenize as the engine will, as far as the index can match. A prompt that
+/// Tokenize as the engine will, as far as the index can match: `max_tokens`,
+/// the reach of the approximate chain (`max_prompt_blocks` × `block_chars` ÷ 4,
+/// 65,536 tokens at the defaults), so both see as far into a long prompt. A prompt that
 /// cannot be tokenized (no chat template, a template that rejects it) is
 /// routed by the approximate index instead: never an error for the client.
 pub fn kv_prompt(
     kv: &crate::config::kv_aware::KvAwareConfig,
-    max_blocks: usize,
+    max_tokens: usize,
     api: Api,
     body: &Value,
     scope: Scope,
 ) -> Option<KvPrompt> {
-    let limit = max_blocks.saturating_mul(kv.block_size);
+    let limit = max_tokens;
+    let max_blocks = max_tokens / kv.block_size.max(1);
     let tok = &kv.tokenizer;
     let tokens = match api {
         Api::Chat => tok.chat(body, limit),

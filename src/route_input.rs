@@ -271,7 +271,10 @@ pub fn analyse(
                 salt: crate::kv_prompt::engine_salt(runtime, &value, tenant),
                 partition: partition.clone(),
             };
-            crate::kv_prompt::kv_prompt(kv, routing.max_prompt_blocks, api, &value, scope)
+            let reach = routing
+                .max_prompt_blocks
+                .saturating_mul(crate::routing::cost::block_tokens(routing.block_chars));
+            crate::kv_prompt::kv_prompt(kv, reach, api, &value, scope)
         })
         .map(Arc::new);
     let prompt_tokens = match &kv {

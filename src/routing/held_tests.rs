@@ -116,14 +116,22 @@ fn a_prompt_being_prefilled_counts_until_its_events_come() {
     let keys = token_keys(seed(None), &tokens, 16, 100);
     let mut idx = HeldIndex::new(100);
     idx.expect(&keys);
-    assert_eq!(idx.matched(&keys, None, W).blocks, 3, "expected blocks count as held");
+    assert_eq!(
+        idx.matched(&keys, None, W).blocks,
+        3,
+        "expected blocks count as held"
+    );
     assert_eq!(idx.expected_len(), 3);
     // Its events arrive: the blocks are held, no longer merely expected.
     idx.store(&[1, 2], None, &tokens[..32], 16, Medium::Gpu, seed(None));
     assert_eq!(idx.expected_len(), 1);
     idx.unexpect(&keys);
     assert_eq!(idx.expected_len(), 0);
-    assert_eq!(idx.matched(&keys, None, W).blocks, 2, "only what events reported");
+    assert_eq!(
+        idx.matched(&keys, None, W).blocks,
+        2,
+        "only what events reported"
+    );
     // An eviction reported later is the truth.
     idx.remove(&[1], Medium::Gpu);
     assert_eq!(idx.matched(&keys, None, W).blocks, 0);
