@@ -112,7 +112,9 @@ pub fn router(state: Arc<AppState>) -> Router {
                 // One span per request, carrying the id.
                 .layer(TraceLayer::new_for_http())
                 // Echo the id on every response, errors included.
-                .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+                // Framing that could smuggle a request: refused first.
+                .layer(from_fn(crate::middleware::framing::check)),
         )
 }
 

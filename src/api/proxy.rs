@@ -50,7 +50,9 @@ pub async fn handle(
         Ok((resp, outcome)) => {
             tracing::info!(
                 request_id, tenant = %tenant, endpoint, api = api_label(api), instance = %outcome.instance.id,
-                reason = outcome.reason.as_str(), attempts = outcome.attempts,
+                // As in kvgate_routing_decisions_total: a later attempt is a failover.
+                reason = if outcome.attempts > 1 { "failover" } else { outcome.reason.as_str() },
+                attempts = outcome.attempts,
                 key = format_args!("{key:016x}"), status = resp.status().as_u16(),
                 headers_ms = started.elapsed().as_secs_f64() * 1e3,
                 "routed"

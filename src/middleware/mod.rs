@@ -5,3 +5,4 @@ pub mod admit;
 pub mod auth;
 pub mod body_limit;
 pub mod canonicalise;
+pub mod framing;

@@ -254,6 +254,47 @@ async fn a_slow_upstream_is_not_mistaken_for_a_slow_client() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn framing_the_rfcs_forbid_is_a_400() {
+    let up = Upstream::start("u0", Mode::Json).await;
+    let gw = hostile_gateway(&up).await;
+    let t = hs256(&claims("acme"));
+    let body = format!(r#"{{"model":"{MODEL}","messages":[{{"role":"user","content":"hi"}}]}}"#);
+    let chunked = format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len());
+    let cases = [
+        (
+            "gzip, chunked",
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {t}\r\ntransfer-encoding: gzip, chunked\r\n\r\n{chunked}"
+            ),
+        ),
+        (
+            "no Host",
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nauthorization: Bearer {t}\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        ),
+        (
+            "two Hosts",
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nhost: y\r\nauthorization: Bearer {t}\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        ),
+    ];
+    for (what, req) in cases {
+        let text = exchange(&gw, req.into_bytes()).await;
+        assert!(text.starts_with("HTTP/1.1 400"), "{what}: {text}");
+        assert!(
+            text.contains("\"code\":\"invalid_request\""),
+            "{what}: {text}"
+        );
+    }
+    assert_eq!(up.hits(), 0, "a badly framed request was forwarded");
+    still_serving(&gw, &t).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflicting_framing_cannot_smuggle_a_request() {
     let up = Upstream::start("u0", Mode::Json).await;
     let gw = hostile_gateway(&up).await;
