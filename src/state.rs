@@ -10,6 +10,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use crate::config::kv_aware::KvAwareConfig;
 use crate::config::{Config, EndpointConfig};
 use crate::kv_events::feed::FeedSettings;
 use crate::kv_events::{Feed, Subscription, Trust};
@@ -188,12 +189,7 @@ impl Runtime {
                 .as_ref()
                 .filter(|_| ec.routing.strategy.uses_events());
             for (inst, ic) in instances.iter().zip(&ec.instances) {
-                let block_size = kv.map_or(16, |k| k.block_size.max(1));
-                let settings = FeedSettings {
-                    silence: kv.map_or(std::time::Duration::ZERO, |k| k.silence),
-                    limit: held_limit(ic.cache_tokens / block_size),
-                    block_size,
-                };
+                let settings = feed_settings(kv, ic.cache_tokens);
                 let events = kv.and(ic.kv_events.as_deref());
                 if kv.is_some() && events.is_none() {
                     tracing::warn!(endpoint = %ec.name, instance = %ic.id, "kv_aware instance without kv_events: routed by the approximate index");
@@ -261,10 +257,16 @@ impl Runtime {
     }
 }
 
-/// Most engine blocks one feed keeps: generous over what the instance can
-/// hold (CPU offload tiers are larger than the GPU's), but bounded.
-fn held_limit(gpu_blocks: usize) -> usize {
-    gpu_blocks.saturating_mul(16).max(1 << 16)
+/// A feed's settings for an instance of `cache_tokens` (kv_aware; without
+/// it the settings are never used). The block limit is generous over what the
+/// instance can hold (CPU offload tiers are larger than the GPU's), but bounded.
+fn feed_settings(kv: Option<&KvAwareConfig>, cache_tokens: usize) -> FeedSettings {
+    let block_size = kv.map_or(16, |k| k.block_size.max(1));
+    FeedSettings {
+        silence: kv.map_or(std::time::Duration::ZERO, |k| k.silence),
+        limit: (cache_tokens / block_size).saturating_mul(16).max(1 << 16),
+        block_size,
+    }
 }
 
 /// The endpoint's shared-tier subscription: the previous one when it follows
@@ -281,11 +283,7 @@ fn shared_tier(ec: &EndpointConfig, old: Option<&Endpoint>) -> Option<Arc<Subscr
             && s.feed.replay_url == tier.kv_replay
             && s.feed.block_size == kv.block_size
     });
-    let settings = FeedSettings {
-        silence: kv.silence,
-        limit: held_limit(ec.routing.cache_tokens / kv.block_size.max(1)),
-        block_size: kv.block_size,
-    };
+    let settings = feed_settings(Some(kv), ec.routing.cache_tokens);
     if let Some(s) = &kept {
         s.feed.update(settings);
     }

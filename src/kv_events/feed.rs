@@ -227,13 +227,18 @@ impl Feed {
     /// it does not hold yet. The first sender of a root owns it until its
     /// event arrives or `silence` passes. Returns the time it now awaits a
     /// batch from, if this request started the wait (to [`Feed::withdraw`]).
+    /// Its `keys` count as held until their events come (at most `silence`).
     pub fn dispatched(
         &self,
+        keys: &std::sync::Arc<[u64]>,
         scoped_root: Option<&(u64, Scope)>,
         new_blocks: bool,
         now: Instant,
     ) -> Option<Instant> {
         let mut st = self.lock();
+        expire(&mut st, now, self.silence());
+        st.index.expect(keys);
+        st.expecting.push_back((now, std::sync::Arc::clone(keys)));
         if let Some((root, scope)) = scoped_root {
             let fresh = st
                 .pending
@@ -249,15 +254,6 @@ impl Feed {
             return Some(now);
         }
         None
-    }
-
-    /// A prompt with `keys` was sent: count its blocks as held until its
-    /// events come (at most `silence`).
-    pub fn expect(&self, keys: &std::sync::Arc<[u64]>, now: Instant) {
-        let mut st = self.lock();
-        expire(&mut st, now, self.silence());
-        st.index.expect(keys);
-        st.expecting.push_back((now, std::sync::Arc::clone(keys)));
     }
 
     /// The request that started the wait (`since`, if it did) and carried
@@ -285,7 +281,11 @@ impl Feed {
             st.index.clear();
             st.partial_since = None;
         }
-        self.counters.resets.fetch_add(1, Ordering::Relaxed);
+        self.emptied();
+    }
+
+    /// Count a reset of the index, now empty.
+    fn emptied(&self) {
         self.sequence("reset");
         telemetry::kv_held(&self.labels.0, &self.labels.1, 0);
     }
@@ -307,19 +307,17 @@ impl Feed {
         st.partial_since = Some(now);
         drop(st);
         if clear {
-            self.counters.resets.fetch_add(1, Ordering::Relaxed);
-            self.sequence("reset");
-            telemetry::kv_held(&self.labels.0, &self.labels.1, 0);
+            self.emptied();
         }
         tracing::warn!(endpoint = %self.labels.0, instance = %self.labels.1, "KV event history incomplete; approximate index until it is whole again");
     }
 
-    /// Count a gap, replay or reset.
+    /// Count a gap, a replay or (anything else) a reset.
     pub fn sequence(&self, what: &'static str) {
         let counter = match what {
             "gap" => &self.counters.gaps,
             "replay" => &self.counters.replays,
-            _ => return telemetry::kv_sequence(&self.labels.0, &self.labels.1, what),
+            _ => &self.counters.resets,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         telemetry::kv_sequence(&self.labels.0, &self.labels.1, what);
@@ -416,8 +414,7 @@ impl Feed {
         telemetry::kv_events(ep, inst, applied, dropped);
         telemetry::kv_held(ep, inst, held);
         if cleared {
-            c.resets.fetch_add(1, Ordering::Relaxed);
-            telemetry::kv_sequence(ep, inst, "reset");
+            self.sequence("reset");
         }
     }
 }

@@ -279,8 +279,6 @@ impl HeldIndex {
                 };
                 release(&mut self.held, old.key, old.gpu, old.cpu);
             }
-            let node = self.by_engine.get_mut(&h);
-            let Some(node) = node else { continue };
             self.expected.remove(&key);
             let copies = self.held.entry(key).or_default();
             match medium {

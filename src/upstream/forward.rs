@@ -91,9 +91,9 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
                 let held = seen.get(idx).map_or(0, |s| s.held_blocks);
                 // Attribution matters only for a first block the instance lacks.
                 let root = prompt.scoped_root.as_ref().filter(|_| held == 0);
-                let now = Instant::now();
-                sub.feed.expect(&prompt.keys, now);
-                sub.feed.dispatched(root, held < prompt.keys.len(), now)
+                let new_blocks = held < prompt.keys.len();
+                sub.feed
+                    .dispatched(&prompt.keys, root, new_blocks, Instant::now())
             }
             _ => None,
         };
