@@ -315,3 +315,30 @@ async fn heard_mid_stream_with_history_gone_an_instance_is_partial_until_it_sett
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_the_tokenizer_cannot_take_is_routed_approximately_never_refused() {
+    let ups = upstreams(2).await;
+    let mut pubs = publishers(2, Encoding::Map).await;
+    // A tiktoken encoding with no chat template: chat bodies cannot be rendered.
+    let yaml = kv_yaml(&ups, &pubs, &[], "").replace(
+        &format!("tokenizer: \"{}\"", tokenizer_path()),
+        "tokenizer: \"tiktoken:o200k_base\"",
+    );
+    let gw = Gateway::start(&yaml).await;
+    subscribed(&[&gw], &mut pubs).await;
+    let untokenized = |text: String| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("kvgate_kv_untokenized_total "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = untokenized(gw.metrics().await);
+    let (status, _, _) = send(&gw, None, &chat("numismatics")).await;
+    assert_eq!(status, 200);
+    let e = explain(&gw, None, &chat("numismatics")).await;
+    assert!(e["engine_blocks"].is_null(), "{e}");
+    assert_eq!(at(&e, "u0")["source"], "approximate");
+    let after = untokenized(gw.metrics().await);
+    assert!(after > before, "{before} -> {after}");
+}
