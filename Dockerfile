@@ -6,6 +6,12 @@ COPY . .
 RUN cargo build --release --locked --bin kvgate
 
 FROM debian:bookworm-slim
+# The system's CA roots, for https:// instances (upstream.tls); the package
+# follows Debian's point releases, so it is not pinned.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --no-create-home kvgate
 COPY --from=build /src/target/release/kvgate /usr/local/bin/kvgate
 # Documentation of every key: `serve` refuses its placeholder secrets, so

@@ -82,6 +82,8 @@ fn routing_yaml(strategy: Strategy, sim: &SimConfig, tokenizer: &str) -> (String
 pub struct Demo {
     pub model: String,
     pub config_yaml: String,
+    /// `admin.token` of this run, for the explain call the banner shows.
+    pub admin_token: String,
     pub state: Arc<AppState>,
     pub fleet: Vec<SimHandle>,
     /// The routing settings in a line, for the banner.
@@ -116,6 +118,9 @@ pub async fn start_fleet(opts: &DemoOptions, listen: SocketAddr) -> anyhow::Resu
         })
         .collect();
     let (routing, summary) = routing_yaml(opts.strategy, &sim, &tokenizer_path);
+    // A fresh admin token a run, so the banner's explain call works and nobody
+    // else on the machine can call the admin routes.
+    let admin_token = hex::encode(rand::random::<[u8; 24]>());
     let config_yaml = format!(
         r#"server:
   listen: "{listen}"
@@ -127,11 +132,14 @@ endpoints:
 {routing}    health:
       path: /health
       interval_ms: 2000
+admin:
+  token: "{admin_token}"
 "#
     );
     let state = build_state(Config::from_yaml(&config_yaml)?)?;
     Ok(Demo {
         model,
+        admin_token,
         config_yaml,
         state,
         fleet,
@@ -164,6 +172,7 @@ Why did it go there? The same body to the explain route shows, per instance, how
 the prompt it holds, the prefill queued on it and the cost:
 
   curl -s http://{addr}/admin/explain/v1/chat/completions -H 'content-type: application/json' \
+    -H 'authorization: Bearer {admin_token}' \
     -d "{{\"model\":\"{model}\",\"messages\":[{{\"role\":\"system\",\"content\":\"$SYS\"}},{{\"role\":\"user\",\"content\":\"hi\"}}]}}"
 
 With the OpenAI SDK (pip install openai):
@@ -182,5 +191,6 @@ Ctrl-C stops it.
         fleet = fleet.join(", "),
         yaml = demo.config_yaml,
         routing = demo.routing,
+        admin_token = demo.admin_token,
     )
 }

@@ -2,7 +2,8 @@
 //! live request and reports each step: the API, the canonical window (length
 //! and excerpt, never the whole prompt), the partition, the key, the ring
 //! order and the instance that would be chosen now, with the reason.
-//! Served by `kvgate explain` and by the authenticated `/admin/explain/…` route.
+//! Served by `kvgate explain` and by the admin-only `/admin/explain/…` route.
+//! A tenant's model allow-list applies as it would to the request (403).
 
 use axum::http::HeaderMap;
 use bytes::Bytes;
@@ -59,6 +60,11 @@ pub fn explain(
     let analysis = analyse(runtime, api, endpoint.as_deref(), headers, body, tenant)?;
     let input = &analysis.input;
     let ep = &input.endpoint;
+    // The tenant's allow-list, as the live request would meet it (403).
+    runtime
+        .tenancy
+        .check_models(tenant, api, input.model.as_deref(), &ep.config.models)?;
+    let limits = runtime.tenancy.limits(tenant);
     let routing = &ep.config.routing;
     let ids: Vec<&str> = ep.instances.iter().map(|i| i.id.as_str()).collect();
     let request = input.routing_request();
@@ -108,6 +114,16 @@ pub fn explain(
         "model": input.model,
         "stream": input.stream,
         "tenant": tenant,
+        "tenant_limits": {
+            "max_concurrency": limits.max_concurrency,
+            "requests_per_minute": limits.requests_per_minute,
+            "tokens_per_minute": limits.tokens_per_minute,
+            "models": limits.models.as_ref().map(|m| {
+                let mut m: Vec<&String> = m.iter().collect();
+                m.sort();
+                m
+            }),
+        },
         "partition": input.partition,
         "window": {
             "unit": unit,

@@ -133,7 +133,9 @@ impl Runtime {
     /// Build from a validated config, reusing `previous`'s instances where
     /// endpoint name and instance id match.
     pub fn build(config: Config, previous: Option<&Runtime>) -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
+        let client = config
+            .upstream_tls
+            .apply(reqwest::Client::builder())
             .connect_timeout(config.server.timeouts.connect)
             .tcp_nodelay(true)
             // Below the keep-alive of uvicorn (vLLM, SGLang) and llama-server,

@@ -12,6 +12,8 @@
 #[path = "common/mod.rs"]
 mod common;
 
+#[path = "tenancy/admin.rs"]
+mod admin;
 #[path = "tenancy/auth.rs"]
 mod auth;
 #[path = "tenancy/config.rs"]

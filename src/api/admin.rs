@@ -1,4 +1,5 @@
-//! Open and informational routes: `/health`, `/ready`, `/metrics`, `/v1/models`.
+//! Open and informational routes: `/health`, `/ready`, `/metrics`, `/v1/models`,
+//! and the admin-only `/admin/explain/…`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -72,19 +73,31 @@ pub async fn models(
     Json(json!({"object": "list", "data": data}))
 }
 
-/// `POST /admin/explain/{path}`: how a request to `/{path}` would be routed now.
+/// `?tenant=` on `/admin/explain/…`: whose request to explain.
+#[derive(serde::Deserialize)]
+pub struct ExplainAs {
+    tenant: Option<String>,
+}
+
+/// `POST /admin/explain/{path}?tenant=ID`: how a request to `/{path}` from
+/// that tenant (default: the anonymous one) would be routed now. Admin only.
 pub async fn explain(
     State(state): State<Arc<AppState>>,
     axum::extract::Path(path): axum::extract::Path<String>,
-    tenant: Option<axum::Extension<crate::tenancy::Tenant>>,
+    axum::extract::Query(who): axum::extract::Query<ExplainAs>,
     headers: axum::http::HeaderMap,
     body: axum::body::Body,
 ) -> axum::response::Response {
     let rt = state.runtime.load_full();
-    let tenant = tenant
-        .map(|t| t.0)
-        .unwrap_or_else(crate::tenancy::Tenant::anonymous);
     let result = async {
+        let tenant = who.tenant.unwrap_or_else(|| "anonymous".to_owned());
+        if !crate::tenancy::is_valid_tenant_id(&tenant) {
+            return Err(crate::error::ApiError::new(
+                crate::error::ErrorKind::InvalidRequest,
+                "tenant must be 1-128 visible ASCII characters",
+            )
+            .with_param("tenant"));
+        }
         let bytes = crate::middleware::body_limit::read_limited(
             &headers,
             body,
@@ -92,7 +105,7 @@ pub async fn explain(
             rt.config.server.timeouts.body_read,
         )
         .await?;
-        crate::explain::explain(&rt, &format!("/{path}"), &headers, bytes, &tenant.id)
+        crate::explain::explain(&rt, &format!("/{path}"), &headers, bytes, &tenant)
     }
     .await;
     match result {

@@ -14,7 +14,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::TraceLayer;
 
 use crate::error::{ApiError, ErrorKind};
-use crate::middleware::{admit, auth, canonicalise};
+use crate::middleware::{admin as admin_auth, admit, auth, canonicalise};
 use crate::state::AppState;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -26,6 +26,8 @@ enum Access {
     Inference,
     /// Authenticated.
     Authenticated,
+    /// The admin token (`admin.token`), never a tenant credential.
+    Admin,
     /// The open allow-list: probes and scrapers.
     Open,
 }
@@ -59,7 +61,7 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
         (
             "post",
             "/admin/explain/{*path}",
-            Authenticated,
+            Admin,
             post(admin::explain),
         ),
         ("get", "/health", Open, get(admin::health)),
@@ -97,10 +99,17 @@ pub fn router(state: Arc<AppState>) -> Router {
         // 401 before anything reads the body.
         .route_layer(from_fn_with_state(Arc::clone(&state), auth::authenticate));
 
+    // Operators only: admin routes see every tenant's traffic.
+    let admin = group(Access::Admin).route_layer(from_fn_with_state(
+        Arc::clone(&state),
+        admin_auth::require_admin,
+    ));
+
     let open = group(Access::Open);
 
     Router::new()
         .merge(authenticated)
+        .merge(admin)
         .merge(open)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

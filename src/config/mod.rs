@@ -26,6 +26,10 @@ pub struct Config {
     pub endpoints: Vec<EndpointConfig>,
     /// `auth`, `tenants` and `isolation`.
     pub tenancy: TenancyConfig,
+    /// `admin.token`; `None` turns the `/admin/*` routes off.
+    pub admin: Option<crate::tenancy::admin::AdminToken>,
+    /// `upstream.tls`: the roots the upstream client trusts for `https://` instances.
+    pub upstream_tls: crate::upstream::tls::UpstreamTls,
 }
 
 #[derive(Debug, Clone)]
@@ -144,9 +148,10 @@ impl RoutingConfig {
 /// The placeholder secrets `config.example.yaml` ships with: a config that
 /// still has one would let anyone who read the example forge tokens or
 /// recompute tenants' cache salts.
-pub const EXAMPLE_SECRETS: [&str; 2] = [
+pub const EXAMPLE_SECRETS: [&str; 3] = [
     "change-me-to-32-random-bytes-or-more",
     "change-me-too-32-random-bytes-or-more",
+    "change-me-admin-token-32-random-bytes",
 ];
 
 /// The example's placeholder secrets that appear in a config's text.

@@ -17,6 +17,10 @@ pub struct RawConfig {
     pub tenants: crate::tenancy::settings::RawTenants,
     #[serde(default)]
     pub isolation: crate::tenancy::settings::RawIsolation,
+    #[serde(default)]
+    pub admin: crate::tenancy::admin::RawAdmin,
+    #[serde(default)]
+    pub upstream: crate::upstream::tls::RawUpstream,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -122,6 +126,9 @@ impl RawConfig {
                 *s = base.join(&*s).display().to_string();
             }
         };
+        if let Some(tls) = self.upstream.tls.as_mut() {
+            fix(&mut tls.ca_file);
+        }
         for ep in &mut self.endpoints {
             fix(&mut ep.routing.tokenizer);
             fix(&mut ep.routing.chat_template);

@@ -73,6 +73,8 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         server,
         endpoints,
         tenancy,
+        admin: crate::tenancy::admin::validate(raw.admin)?,
+        upstream_tls: crate::upstream::tls::validate(raw.upstream)?,
     })
 }
 

@@ -7,6 +7,7 @@
 //! Everything here is built from config into one [`Tenancy`] that lives in the
 //! [`crate::Runtime`], so a reload swaps keys, limits and salts together.
 
+pub mod admin;
 pub mod api_key;
 mod bucket;
 pub mod jwt;
@@ -100,24 +101,7 @@ impl Tenancy {
     /// that the response body releases, with the `x-ratelimit-*` headers.
     pub fn admit(&self, tenant: &Tenant, ask: Ask<'_>) -> Result<Admitted, ApiError> {
         let state = self.registry.get(&tenant.id, &self.config);
-        if let Some(allowed) = &state.limits.models {
-            let ok = match (ask.api, ask.model) {
-                (Api::Chat | Api::Completions, Some(m)) => allowed.contains(m),
-                // A native call reaches every model of its endpoint: allow it
-                // only where all of them are allowed.
-                _ => {
-                    let models = ask.endpoint_models;
-                    !models.is_empty() && models.iter().all(|m| allowed.contains(m))
-                }
-            };
-            if !ok {
-                return Err(ApiError::new(
-                    ErrorKind::Forbidden,
-                    "this tenant may not use the requested model",
-                )
-                .with_param("model"));
-            }
-        }
+        check_models(&state.limits, ask.api, ask.model, ask.endpoint_models)?;
         // Every JSON object body gets the tenant's salt, native ones too: the
         // Invoke route must not be a way to share or probe another's cache.
         // A native body that is not an object has no member to carry one.
@@ -133,6 +117,54 @@ impl Tenancy {
             admission,
             headers,
         })
+    }
+
+    /// The model allow-list alone (403), as [`Tenancy::admit`] applies it:
+    /// for `explain`, which must not show a tenant a route it may not take.
+    pub fn check_models(
+        &self,
+        tenant: &str,
+        api: Api,
+        model: Option<&str>,
+        endpoint_models: &[String],
+    ) -> Result<(), ApiError> {
+        check_models(
+            self.config.tenants.limits(tenant),
+            api,
+            model,
+            endpoint_models,
+        )
+    }
+
+    /// The limits that apply to `tenant` (its override, else the default).
+    pub fn limits(&self, tenant: &str) -> &settings::Limits {
+        self.config.tenants.limits(tenant)
+    }
+}
+
+fn check_models(
+    limits: &settings::Limits,
+    api: Api,
+    model: Option<&str>,
+    endpoint_models: &[String],
+) -> Result<(), ApiError> {
+    let Some(allowed) = &limits.models else {
+        return Ok(());
+    };
+    let ok = match (api, model) {
+        (Api::Chat | Api::Completions, Some(m)) => allowed.contains(m),
+        // A native call reaches every model of its endpoint: allow it
+        // only where all of them are allowed.
+        _ => !endpoint_models.is_empty() && endpoint_models.iter().all(|m| allowed.contains(m)),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorKind::Forbidden,
+            "this tenant may not use the requested model",
+        )
+        .with_param("model"))
     }
 }
 
@@ -162,7 +194,7 @@ pub struct Admitted {
 }
 
 /// The token of a single `Authorization: Bearer …` header.
-fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
     let mut all = headers.get_all(header::AUTHORIZATION).iter();
     let (Some(value), None) = (all.next(), all.next()) else {
         return Err(if headers.contains_key(header::AUTHORIZATION) {

@@ -1,7 +1,8 @@
 //! Upstream instances and the trying of them: in-flight accounting
 //! ([`instance`]), sending with failover ([`forward`]) and the streamed
 //! response body that releases its slot when it ends or is dropped ([`body`]),
-//! and upstream errors relayed in OpenAI's shape ([`relay_error`]).
+//! upstream errors relayed in OpenAI's shape ([`relay_error`]), and what the
+//! client trusts for `https://` instances ([`tls`]).
 
 mod body;
 pub mod capacity;
@@ -10,6 +11,7 @@ mod headers;
 pub mod health;
 mod instance;
 mod relay_error;
+pub mod tls;
 mod usage;
 
 pub use forward::{Forward, forward};

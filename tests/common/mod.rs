@@ -59,12 +59,16 @@ pub struct UpstreamState {
     pub peak: AtomicUsize,
     /// Requests whose connection went away before the answer was complete.
     pub cancelled: AtomicUsize,
+    /// Reads of its `/metrics` (the gateway's capacity probe), not counted in `seen`.
+    pub metrics_reads: AtomicUsize,
 }
 
 pub struct Upstream {
     pub addr: SocketAddr,
     pub state: Arc<UpstreamState>,
     stop: Option<oneshot::Sender<()>>,
+    /// `http://127.0.0.1:…`, or `https://127.0.0.1:…` behind TLS.
+    url: String,
 }
 
 impl Upstream {
@@ -73,23 +77,7 @@ impl Upstream {
     }
 
     pub async fn start_on(listener: TcpListener, name: &str, mode: Mode) -> Self {
-        let state = Arc::new(UpstreamState {
-            name: name.to_owned(),
-            mode: Mutex::new(mode),
-            seen: Mutex::new(Vec::new()),
-            active: AtomicUsize::new(0),
-            peak: AtomicUsize::new(0),
-            cancelled: AtomicUsize::new(0),
-        });
-        // `/metrics` as an engine serves it, apart from the inference traffic
-        // tests count: the gateway reads it to learn KV capacity.
-        let app = Router::new()
-            .route(
-                "/metrics",
-                axum::routing::get(|| async { "vllm:num_requests_running 0\n" }),
-            )
-            .fallback(handle)
-            .with_state(Arc::clone(&state));
+        let (state, app) = Self::app(name, mode);
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -103,11 +91,95 @@ impl Upstream {
             addr,
             state,
             stop: Some(tx),
+            url: format!("http://{addr}"),
         }
     }
 
+    /// The same upstream behind TLS: a certificate for `localhost` and
+    /// 127.0.0.1 issued by a CA made for this test, whose PEM is returned.
+    pub async fn start_tls(name: &str, mode: Mode) -> (Self, String) {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "kvgate test CA");
+        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let tls = tokio_rustls::rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                tokio_rustls::rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (state, app) = Self::app(name, mode);
+        let (tx, mut rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = tokio::select! {
+                    a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
+                    _ = &mut rx => return,
+                };
+                let (acceptor, app) = (acceptor.clone(), app.clone());
+                tokio::spawn(async move {
+                    // A client that does not trust us fails the handshake: nothing to serve.
+                    let Ok(stream) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+                });
+            }
+        });
+        let up = Self {
+            addr,
+            state,
+            stop: Some(tx),
+            url: format!("https://127.0.0.1:{}", addr.port()),
+        };
+        (up, ca_pem)
+    }
+
+    fn app(name: &str, mode: Mode) -> (Arc<UpstreamState>, Router) {
+        let state = Arc::new(UpstreamState {
+            name: name.to_owned(),
+            mode: Mutex::new(mode),
+            seen: Mutex::new(Vec::new()),
+            active: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            cancelled: AtomicUsize::new(0),
+            metrics_reads: AtomicUsize::new(0),
+        });
+        // `/metrics` as an engine serves it, apart from the inference traffic
+        // tests count: the gateway reads it to learn KV capacity.
+        let app = Router::new()
+            .route(
+                "/metrics",
+                axum::routing::get(|State(s): State<Arc<UpstreamState>>| async move {
+                    s.metrics_reads.fetch_add(1, Ordering::SeqCst);
+                    "vllm:num_requests_running 0\n"
+                }),
+            )
+            .fallback(handle)
+            .with_state(Arc::clone(&state));
+        (state, app)
+    }
+
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.url.clone()
     }
 
     pub fn hits(&self) -> usize {
@@ -252,8 +324,21 @@ pub struct Gateway {
     pub task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
+/// The admin token every test gateway gets unless its config has an `admin:` section.
+pub const ADMIN_TOKEN: &str = "test-only-admin-token-0123456789abcdef";
+
+/// `yaml` with `admin.token` set to [`ADMIN_TOKEN`], unless it configures `admin` itself.
+pub fn with_admin(yaml: &str) -> String {
+    if yaml.lines().any(|l| l.starts_with("admin:")) {
+        yaml.to_owned()
+    } else {
+        format!("{yaml}\nadmin:\n  token: \"{ADMIN_TOKEN}\"\n")
+    }
+}
+
 impl Gateway {
     pub async fn start(yaml: &str) -> Self {
+        let yaml = &with_admin(yaml);
         let config = kvgate::Config::from_yaml(yaml)
             .unwrap_or_else(|e| panic!("bad test config: {e}\n{yaml}"));
         let state = kvgate::build_state(config).unwrap();
@@ -289,6 +374,46 @@ impl Gateway {
     /// POST a chat completion.
     pub async fn chat(&self, body: &serde_json::Value) -> reqwest::Response {
         self.post("/v1/chat/completions", body).await
+    }
+
+    /// `POST /admin/explain/{path}` with the admin token, as the tenant that
+    /// `credential` authenticates (the anonymous one without).
+    pub async fn explain(
+        &self,
+        path: &str,
+        credential: Option<&str>,
+        body: &serde_json::Value,
+    ) -> reqwest::Response {
+        let tenant = match credential {
+            None => "anonymous".to_owned(),
+            Some(c) => {
+                let mut h = HeaderMap::new();
+                h.insert(
+                    header::AUTHORIZATION,
+                    format!("Bearer {c}").parse().unwrap(),
+                );
+                let rt = self.state.runtime.load();
+                rt.tenancy.authenticate(&h).unwrap().id.to_string()
+            }
+        };
+        // Percent-encode all but unreserved characters (RFC 3986).
+        let tenant: String = tenant
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        client()
+            .post(self.url(&format!("/admin/explain{path}?tenant={tenant}")))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(body).unwrap())
+            .send()
+            .await
+            .unwrap()
     }
 
     /// The live instances of the endpoint named `chat` (the one `config()` writes).

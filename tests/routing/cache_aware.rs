@@ -43,7 +43,7 @@ pub fn yaml(name: &str, instances: &[(String, String)], routing: &[&str], top: &
 
 pub fn reload(gw: &Gateway, yaml: &str) {
     gw.state
-        .reload(kvgate::Config::from_yaml(yaml).unwrap())
+        .reload(kvgate::Config::from_yaml(&with_admin(yaml)).unwrap())
         .unwrap();
 }
 
@@ -84,10 +84,7 @@ pub async fn send(gw: &Gateway, key: Option<&str>, body: &Value) -> (u16, String
 }
 
 pub async fn explain(gw: &Gateway, key: Option<&str>, body: &Value) -> Value {
-    let resp = request(gw, "/admin/explain/v1/chat/completions", key, body)
-        .send()
-        .await
-        .unwrap();
+    let resp = gw.explain("/v1/chat/completions", key, body).await;
     assert_eq!(resp.status(), 200);
     serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap()
 }
