@@ -75,7 +75,7 @@ fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         REQUESTS,
-        "Requests answered, by endpoint, API and status class"
+        "Requests answered, by endpoint (empty when refused before it was known), API and status class; cancelled: the client left before the answer began"
     );
     describe_histogram!(
         REQUEST_DURATION,
@@ -169,6 +169,12 @@ pub fn request_done(endpoint: &str, api: &'static str, status: u16) {
         _ => "5xx",
     };
     counter!(REQUESTS, "endpoint" => endpoint.to_owned(), "api" => api, "status" => class)
+        .increment(1);
+}
+
+/// A request whose client left before its answer began (counted as `status="cancelled"`).
+pub fn request_cancelled(endpoint: &str, api: &'static str) {
+    counter!(REQUESTS, "endpoint" => endpoint.to_owned(), "api" => api, "status" => "cancelled")
         .increment(1);
 }
 

@@ -49,10 +49,17 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     }
 }
 
+/// The Prometheus text of the instances configured now (see [`super::metrics`]).
 pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let rt = state.runtime.load();
+    let live = rt
+        .endpoints
+        .iter()
+        .flat_map(|e| e.instances.iter().map(|i| (e.name(), i.id.as_str())))
+        .collect();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
+        super::metrics::without_removed(&state.metrics.render(), &live),
     )
 }
 

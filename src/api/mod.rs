@@ -1,6 +1,7 @@
 //! The route table and the layer stack, assembled in one place.
 
 mod admin;
+mod metrics;
 mod proxy;
 
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::TraceLayer;
 
 use crate::error::{ApiError, ErrorKind};
-use crate::middleware::{admin as admin_auth, admit, auth, canonicalise};
+use crate::middleware::{admin as admin_auth, admit, auth, canonicalise, count};
 use crate::state::AppState;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -91,13 +92,16 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(from_fn_with_state(
             Arc::clone(&state),
             canonicalise::canonicalise,
-        ));
+        ))
+        // 401 before anything reads the body.
+        .route_layer(from_fn_with_state(Arc::clone(&state), auth::authenticate))
+        // Every answer counted, refusals and clients that left included.
+        .route_layer(from_fn_with_state(Arc::clone(&state), count::count));
 
     // Everything here is authenticated; the open allow-list is merged below.
     let authenticated = group(Access::Authenticated)
-        .merge(inference)
-        // 401 before anything reads the body.
-        .route_layer(from_fn_with_state(Arc::clone(&state), auth::authenticate));
+        .route_layer(from_fn_with_state(Arc::clone(&state), auth::authenticate))
+        .merge(inference);
 
     // Operators only: admin routes see every tenant's traffic.
     let admin = group(Access::Admin).route_layer(from_fn_with_state(

@@ -46,7 +46,8 @@ pub async fn handle(
         input,
     })
     .await;
-    let response = match result {
+    // Counted in kvgate_requests_total by the count layer, refusals alike.
+    match result {
         Ok((resp, outcome)) => {
             tracing::info!(
                 request_id, tenant = %tenant, endpoint, api = api_label(api), instance = %outcome.instance.id,
@@ -57,6 +58,7 @@ pub async fn handle(
                 headers_ms = started.elapsed().as_secs_f64() * 1e3,
                 "routed"
             );
+            // The duration of a forwarded request is recorded when its body ends.
             resp
         }
         Err(e) => {
@@ -64,8 +66,5 @@ pub async fn handle(
             telemetry::request_duration(&endpoint, api_label(api), started.elapsed());
             e.into_response()
         }
-    };
-    // The duration of a forwarded request is recorded when its body ends.
-    telemetry::request_done(&endpoint, api_label(api), response.status().as_u16());
-    response
+    }
 }

@@ -18,7 +18,7 @@ use crate::state::AppState;
 use crate::tenancy::Tenant;
 
 /// Which API a matched route speaks.
-fn api_of(route: &str) -> Option<Api> {
+pub(super) fn api_of(route: &str) -> Option<Api> {
     match route {
         "/v1/chat/completions" => Some(Api::Chat),
         "/v1/completions" => Some(Api::Completions),
@@ -72,6 +72,9 @@ async fn prepare(
         bytes.clone(),
         &tenant.id,
     )?;
+    if let Some(slot) = parts.extensions.get::<super::count::EndpointSlot>() {
+        slot.set(analysis.input.endpoint.name());
+    }
     parts.extensions.insert(analysis.input);
     parts.extensions.insert(runtime);
     Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))

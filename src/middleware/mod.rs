@@ -6,4 +6,5 @@ pub mod admit;
 pub mod auth;
 pub mod body_limit;
 pub mod canonicalise;
+pub mod count;
 pub mod framing;
