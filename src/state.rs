@@ -143,6 +143,10 @@ impl Runtime {
             // the request over and cool a healthy instance down.
             .pool_idle_timeout(std::time::Duration::from_secs(4))
             .pool_max_idle_per_host(1024)
+            // HTTP/1 to every instance, TLS or not: the engines speak it and the
+            // pool settings above are for it (test builds enable reqwest's
+            // http2, which ALPN would otherwise pick against a TLS instance).
+            .http1_only()
             .no_proxy()
             .build()?;
         let mut endpoints = Vec::with_capacity(config.endpoints.len());
