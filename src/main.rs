@@ -126,6 +126,18 @@ fn main() -> ExitCode {
                         r.strategy.as_str(),
                         r.strategy.describe()
                     );
+                    if let Some(d) = &ep.discovery {
+                        println!(
+                            "    {} static instance(s), more from DNS {} every {} ms{}",
+                            ep.instances.len(),
+                            d.target(),
+                            d.interval.as_millis(),
+                            d.server.map_or_else(
+                                || " (system resolver)".to_owned(),
+                                |s| format!(" (asking {s})")
+                            )
+                        );
+                    }
                     if let Some(kv) = &r.kv {
                         let following = ep
                             .instances

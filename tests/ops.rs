@@ -8,6 +8,9 @@
 )]
 
 mod common;
+/// DNS discovery against dnsmasq.
+#[path = "ops/discovery.rs"]
+mod discovery;
 
 use std::collections::HashMap;
 use std::sync::Arc;
