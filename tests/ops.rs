@@ -11,6 +11,8 @@ mod common;
 /// DNS discovery against dnsmasq.
 #[path = "ops/discovery.rs"]
 mod discovery;
+#[path = "ops/kubernetes.rs"]
+mod kubernetes;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -67,7 +67,7 @@ pub struct EndpointConfig {
     /// `Authorization` sent upstream (from `upstream_api_key`), in place of
     /// the client's, which never leaves the gateway.
     pub upstream_authorization: Option<axum::http::HeaderValue>,
-    /// Where more instances are found (DNS), beside the static list.
+    /// Where more instances are found (DNS, EndpointSlices), beside the static list.
     pub discovery: Option<discovery::DiscoveryConfig>,
 }
 

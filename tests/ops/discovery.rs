@@ -87,7 +87,7 @@ impl Drop for Dns {
 }
 
 /// Upstreams on 127.0.0.<ip>:port, one port for all (DNS gives addresses, not ports).
-async fn fleet(ips: &[u8]) -> (u16, Vec<Upstream>) {
+pub async fn fleet(ips: &[u8]) -> (u16, Vec<Upstream>) {
     for _ in 0..20 {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -109,7 +109,7 @@ async fn fleet(ips: &[u8]) -> (u16, Vec<Upstream>) {
     panic!("no port free on every loopback address");
 }
 
-fn ids(gw: &Gateway) -> Vec<String> {
+pub fn ids(gw: &Gateway) -> Vec<String> {
     let mut ids: Vec<String> = gw.instances().iter().map(|i| i.id.clone()).collect();
     ids.sort();
     ids
@@ -231,6 +231,34 @@ fn discovery_mistakes_name_their_field() {
         (
             "dns: \"vllm:8000\", scheme: ftp",
             "endpoints[0].discovery.scheme",
+        ),
+        (
+            "kubernetes: { service: vllm, port: 8000 }",
+            "endpoints[0].discovery.kubernetes.namespace",
+        ),
+        (
+            "kubernetes: { namespace: Serving, service: vllm, port: 8000 }",
+            "endpoints[0].discovery.kubernetes.namespace",
+        ),
+        (
+            "kubernetes: { namespace: serving, port: 8000 }",
+            "endpoints[0].discovery.kubernetes.service",
+        ),
+        (
+            "kubernetes: { namespace: serving, service: vllm }",
+            "endpoints[0].discovery.kubernetes.port",
+        ),
+        (
+            "kubernetes: { namespace: serving, service: vllm, port: 0 }",
+            "endpoints[0].discovery.kubernetes.port",
+        ),
+        (
+            "kubernetes: { namespace: s, service: v, port: 1 }, dns: \"v:1\"",
+            "endpoints[0].discovery.kubernetes",
+        ),
+        (
+            "kubernetes: { namespace: s, service: v, port: 1 }, dns_server: \"1.1.1.1\"",
+            "endpoints[0].discovery.dns_server",
         ),
     ] {
         let err = kvgate::Config::from_yaml(&base(d)).unwrap_err();
