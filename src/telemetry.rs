@@ -36,6 +36,7 @@ pub const KV_UNTOKENIZED: &str = "kvgate_kv_untokenized_total";
 pub const WARMUP: &str = "kvgate_warmup_requests_total";
 pub const DISCOVERY_FAILURES: &str = "kvgate_discovery_failures_total";
 pub const DISCOVERED: &str = "kvgate_discovered_instances";
+pub const JWKS_REFRESHES: &str = "kvgate_jwks_refreshes_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -117,6 +118,10 @@ fn describe() {
     describe_counter!(
         DISCOVERY_FAILURES,
         "Discovery lookups that failed or came back empty (the last known instances are kept), by reason"
+    );
+    describe_counter!(
+        JWKS_REFRESHES,
+        "Fetches of auth.jwt.jwks_url, by result (a failure keeps the last key set)"
     );
     describe_gauge!(
         DISCOVERED,
@@ -299,4 +304,9 @@ pub fn discovery_failure(endpoint: &str, reason: &'static str) {
 /// How many instances an endpoint's discovery knows now.
 pub fn discovered(endpoint: &str, n: usize) {
     gauge!(DISCOVERED, "endpoint" => endpoint.to_owned()).set(n as f64);
+}
+
+/// A fetch of the JWKS URL, good or not.
+pub fn jwks_refresh(ok: bool) {
+    counter!(JWKS_REFRESHES, "result" => if ok { "ok" } else { "error" }).increment(1);
 }

@@ -112,6 +112,10 @@ pub struct RawJwt {
     pub public_key_pem: Option<String>,
     pub public_key_file: Option<String>,
     pub jwks_file: Option<String>,
+    /// An OIDC provider's `jwks_uri`, fetched and refreshed.
+    pub jwks_url: Option<String>,
+    /// Seconds between refetches of `jwks_url`; default 300.
+    pub jwks_refresh_s: Option<u64>,
     pub issuer: Option<String>,
     pub audience: Option<String>,
     pub tenant_claim: Option<String>,

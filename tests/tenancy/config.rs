@@ -72,6 +72,24 @@ fn mistakes_name_their_field() {
             "auth.jwt.jwks_file",
         ),
         (
+            jwt(&format!(
+                "    algorithms: [RS256]\n    jwks_url: \"ftp://idp/jwks\"\n{iss_aud}"
+            )),
+            "auth.jwt.jwks_url",
+        ),
+        (
+            jwt(&format!(
+                "    algorithms: [RS256]\n    jwks_url: \"https://idp/jwks\"\n    jwks_refresh_s: 1\n{iss_aud}"
+            )),
+            "auth.jwt.jwks_refresh_s",
+        ),
+        (
+            jwt(&format!(
+                "    algorithms: [RS256]\n    jwks_file: /x\n    jwks_refresh_s: 60\n{iss_aud}"
+            )),
+            "auth.jwt.jwks_refresh_s",
+        ),
+        (
             jwt(&format!("{hs}    audience: \"{AUDIENCE}\"\n")),
             "auth.jwt.issuer",
         ),
