@@ -16,6 +16,7 @@
 pub mod api;
 pub mod config;
 pub mod demo;
+pub mod discovery;
 pub mod error;
 pub mod explain;
 pub mod kv_events;
@@ -56,5 +57,6 @@ pub async fn serve(
     let app = api::router(Arc::clone(&state));
     tokio::spawn(upstream::health::run(Arc::downgrade(&state)));
     tokio::spawn(upstream::capacity::run(Arc::downgrade(&state)));
+    tokio::spawn(discovery::run(Arc::downgrade(&state)));
     server::run(listener, app, state, shutdown).await
 }

@@ -126,6 +126,23 @@ fn main() -> ExitCode {
                         r.strategy.as_str(),
                         r.strategy.describe()
                     );
+                    if let Some(d) = &ep.discovery {
+                        let how = match &d.source {
+                            kvgate::config::discovery::Source::Dns { server, .. } => format!(
+                                "from DNS {} every {} ms{}",
+                                d.target(),
+                                d.interval.as_millis(),
+                                server.map_or_else(
+                                    || " (system resolver)".to_owned(),
+                                    |s| format!(" (asking {s})")
+                                )
+                            ),
+                            kvgate::config::discovery::Source::Kubernetes { .. } => {
+                                format!("watched from {}", d.target())
+                            }
+                        };
+                        println!("    {} static instance(s), more {how}", ep.instances.len());
+                    }
                     if let Some(kv) = &r.kv {
                         let following = ep
                             .instances

@@ -310,6 +310,11 @@ pub struct AppState {
     pub runtime: ArcSwap<Runtime>,
     pub metrics: PrometheusHandle,
     pub shutting_down: std::sync::atomic::AtomicBool,
+    /// Instances discovery found, merged into every runtime built.
+    pub discovered: crate::discovery::Discovered,
+    /// One runtime build at a time: a config reload and a discovery change
+    /// must not publish over each other.
+    rebuild: std::sync::Mutex<()>,
 }
 
 impl AppState {
@@ -326,12 +331,16 @@ impl AppState {
             runtime: ArcSwap::from_pointee(runtime),
             metrics,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            discovered: crate::discovery::Discovered::default(),
+            rebuild: std::sync::Mutex::new(()),
         })
     }
 
     /// Validate-and-swap: build a new runtime from `config` and publish it
     /// atomically; then warm the instances it added (`routing.warmup`).
-    pub fn reload(&self, config: Config) -> Result<(), reqwest::Error> {
+    pub fn reload(&self, mut config: Config) -> Result<(), reqwest::Error> {
+        let _one = self.rebuild.lock().unwrap_or_else(|e| e.into_inner());
+        self.discovered.merge(&mut config);
         let current = self.runtime.load();
         let next = Arc::new(Runtime::build(config, Some(&current))?);
         self.runtime.store(Arc::clone(&next));
@@ -358,5 +367,13 @@ impl AppState {
             }
         }
         Ok(())
+    }
+
+    /// Rebuild from the running config, with discovery's current answers.
+    pub fn republish(&self) {
+        let config = Config::clone(&self.runtime.load().config);
+        if let Err(e) = self.reload(config) {
+            tracing::error!(error = %e, "cannot rebuild the runtime after a discovery change");
+        }
     }
 }

@@ -34,6 +34,9 @@ pub const KV_FALLBACK: &str = "kvgate_kv_fallback_total";
 pub const KV_FALLBACK_INSTANCES: &str = "kvgate_kv_fallback_instances";
 pub const KV_UNTOKENIZED: &str = "kvgate_kv_untokenized_total";
 pub const WARMUP: &str = "kvgate_warmup_requests_total";
+pub const DISCOVERY_FAILURES: &str = "kvgate_discovery_failures_total";
+pub const DISCOVERED: &str = "kvgate_discovered_instances";
+pub const JWKS_REFRESHES: &str = "kvgate_jwks_refreshes_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -112,6 +115,18 @@ fn describe() {
     describe_counter!(RETRIES, "Attempts moved to the next instance, by reason");
     describe_counter!(REJECTIONS, "Requests refused by the gateway, by error code");
     describe_counter!(CONFIG_RELOADS, "Config reloads, by result");
+    describe_counter!(
+        DISCOVERY_FAILURES,
+        "Discovery lookups that failed or came back empty (the last known instances are kept), by reason"
+    );
+    describe_counter!(
+        JWKS_REFRESHES,
+        "Fetches of auth.jwt.jwks_url, by result (a failure keeps the last key set)"
+    );
+    describe_gauge!(
+        DISCOVERED,
+        "Instances the endpoint's discovery currently knows"
+    );
     describe_histogram!(
         MATCHED_FRACTION,
         "Share of each prompt the chosen instance was believed to hold (cache-aware strategies)"
@@ -284,4 +299,20 @@ pub fn kv_untokenized() {
 pub fn warmup(endpoint: &str, instance: &str, result: &'static str) {
     counter!(WARMUP, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned(), "result" => result)
         .increment(1);
+}
+
+/// A discovery lookup that kept the last known set: `error` or `empty`.
+pub fn discovery_failure(endpoint: &str, reason: &'static str) {
+    counter!(DISCOVERY_FAILURES, "endpoint" => endpoint.to_owned(), "reason" => reason)
+        .increment(1);
+}
+
+/// How many instances an endpoint's discovery knows now.
+pub fn discovered(endpoint: &str, n: usize) {
+    gauge!(DISCOVERED, "endpoint" => endpoint.to_owned()).set(n as f64);
+}
+
+/// A fetch of the JWKS URL, good or not.
+pub fn jwks_refresh(ok: bool) {
+    counter!(JWKS_REFRESHES, "result" => if ok { "ok" } else { "error" }).increment(1);
 }

@@ -13,6 +13,11 @@ mod common;
 mod metrics;
 #[path = "ops/tls.rs"]
 mod tls;
+/// DNS discovery against dnsmasq.
+#[path = "ops/discovery.rs"]
+mod discovery;
+#[path = "ops/kubernetes.rs"]
+mod kubernetes;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -351,6 +356,102 @@ async fn editing_the_config_file_reloads_it() {
         "file change not picked up"
     );
     watcher.abort();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A Kubernetes ConfigMap volume: `kvgate.yaml -> ..data/kvgate.yaml`, and an
+/// update swaps `..data` to a new timestamped directory by rename. No event
+/// names `kvgate.yaml`, yet the change must land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_style_symlink_swap_reloads() {
+    use std::os::unix::fs::symlink;
+    let a = Upstream::start("a", Mode::Json).await;
+    let b = Upstream::start("b", Mode::Json).await;
+    let yaml = config(MODEL, &[&a], "prefix_aware", 10);
+    let gw = Gateway::start(&yaml).await;
+    let dir = std::env::temp_dir().join(format!("kvgate-configmap-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(dir.join("..2026_12_01_first")).unwrap();
+    std::fs::write(dir.join("..2026_12_01_first/kvgate.yaml"), &yaml).unwrap();
+    symlink("..2026_12_01_first", dir.join("..data")).unwrap();
+    symlink("..data/kvgate.yaml", dir.join("kvgate.yaml")).unwrap();
+    let watcher = tokio::spawn(kvgate::config::reload::watch(
+        dir.join("kvgate.yaml"),
+        Arc::clone(&gw.state),
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // What the kubelet does: write the new version beside the old, point a
+    // temporary link at it, rename the link over `..data`, drop the old one.
+    let two = config(MODEL, &[&a, &b], "prefix_aware", 10);
+    std::fs::create_dir_all(dir.join("..2026_12_01_second")).unwrap();
+    std::fs::write(dir.join("..2026_12_01_second/kvgate.yaml"), &two).unwrap();
+    symlink("..2026_12_01_second", dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    std::fs::remove_dir_all(dir.join("..2026_12_01_first")).unwrap();
+
+    eventually("the swapped ConfigMap is loaded", || {
+        gw.state.runtime.load().endpoints[0].instances.len() == 2
+    })
+    .await;
+    let resp = gw
+        .chat(&chat_body(MODEL, &system_prompt(1), "q", false))
+        .await;
+    assert_eq!(resp.status(), 200);
+    watcher.abort();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Secrets from the environment: `check` (and so `serve`) reads the variable
+/// at load, and a missing one is an error that names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_come_from_the_environment() {
+    let dir = std::env::temp_dir().join(format!("kvgate-env-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kvgate.yaml");
+    let yaml = config(MODEL, &[], "prefix_aware", 10).replace(
+        "    instances:\n",
+        "    instances: [{ url: \"http://127.0.0.1:9\" }]\n    upstream_api_key: { env: KVGATE_TEST_UPSTREAM_KEY }\n",
+    ) + "auth:\n  mode: jwt\n  jwt:\n    algorithms: [HS256]\n    secret: { env: KVGATE_TEST_JWT_SECRET }\n    issuer: i\n    audience: a\nisolation:\n  salt_secret: { env: KVGATE_TEST_SALT }\n";
+    std::fs::write(&path, yaml).unwrap();
+    let bin = env!("CARGO_BIN_EXE_kvgate");
+    let check = |vars: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(["check", "--config"]).arg(&path);
+        cmd.env_remove("KVGATE_TEST_JWT_SECRET")
+            .env_remove("KVGATE_TEST_UPSTREAM_KEY")
+            .env(
+                "KVGATE_TEST_SALT",
+                "a-salt-secret-from-the-environment-0123",
+            );
+        cmd.envs(vars.iter().copied());
+        cmd.output().unwrap()
+    };
+    let out = check(&[
+        (
+            "KVGATE_TEST_JWT_SECRET",
+            "an-hs256-secret-from-the-environment-0123",
+        ),
+        ("KVGATE_TEST_UPSTREAM_KEY", "sk-upstream"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = check(&[("KVGATE_TEST_UPSTREAM_KEY", "sk-upstream")]);
+    assert!(
+        !out.status.success(),
+        "accepted a config whose secret is not set"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("KVGATE_TEST_JWT_SECRET"), "{err}");
+    // A short secret from the environment is refused like an inline one.
+    let out = check(&[
+        ("KVGATE_TEST_JWT_SECRET", "short"),
+        ("KVGATE_TEST_UPSTREAM_KEY", "sk-upstream"),
+    ]);
+    assert!(!out.status.success(), "accepted a 5-byte HS256 secret");
     std::fs::remove_dir_all(&dir).ok();
 }
 

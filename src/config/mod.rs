@@ -1,6 +1,7 @@
 //! Configuration: the YAML file ([`raw`]), its validation into runtime types
 //! ([`validate`]), and loading from disk.
 
+pub mod discovery;
 pub mod kv_aware;
 mod raw;
 pub mod reload;
@@ -70,6 +71,8 @@ pub struct EndpointConfig {
     /// `Authorization` sent upstream (from `upstream_api_key`), in place of
     /// the client's, which never leaves the gateway.
     pub upstream_authorization: Option<axum::http::HeaderValue>,
+    /// Where more instances are found (DNS, EndpointSlices), beside the static list.
+    pub discovery: Option<discovery::DiscoveryConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +101,8 @@ pub struct InstanceConfig {
     /// Its KV-event publisher and replay socket (`kv_aware`).
     pub kv_events: Option<String>,
     pub kv_replay: Option<String>,
+    /// Found by `discovery` rather than written in the config.
+    pub discovered: bool,
 }
 
 #[derive(Debug, Clone)]

@@ -50,7 +50,9 @@ pub struct RawEndpoint {
     pub name: String,
     #[serde(default)]
     pub models: Vec<String>,
+    #[serde(default)]
     pub instances: Vec<RawInstance>,
+    pub discovery: Option<super::discovery::RawDiscovery>,
     #[serde(default)]
     pub routing: RawRouting,
     pub health: Option<RawHealth>,

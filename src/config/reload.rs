@@ -32,11 +32,17 @@ pub fn reload_from(path: &Path, state: &AppState) -> Result<(), String> {
     result
 }
 
-/// Watch for SIGHUP and for writes to `path`; reload on either. Runs until
+/// Watch for SIGHUP and for changes to `path`; reload on either. Runs until
 /// the process ends.
+///
+/// Two kinds of change reach the file. Editors replace it by rename, so the
+/// directory is watched and events naming the file reload. Kubernetes mounts a
+/// ConfigMap as `config.yaml -> ..data/config.yaml` and updates it by swapping
+/// the `..data` symlink to a new timestamped directory: no event names the
+/// file, so any other event in the directory reloads when the file now
+/// resolves to a different target.
 pub async fn watch(path: PathBuf, state: Arc<AppState>) {
-    let (tx, mut rx) = mpsc::channel::<()>(16);
-    // Editors replace files by rename, so watch the directory and filter by name.
+    let (tx, mut rx) = mpsc::channel::<Change>(16);
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -45,12 +51,16 @@ pub async fn watch(path: PathBuf, state: Arc<AppState>) {
     let name = path.file_name().map(|n| n.to_owned());
     let file_tx = tx.clone();
     let watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        if let Ok(ev) = ev
-            && (ev.kind.is_modify() || ev.kind.is_create())
-            && ev.paths.iter().any(|p| p.file_name() == name.as_deref())
-        {
-            let _ = file_tx.try_send(());
+        let Ok(ev) = ev else { return };
+        if ev.kind.is_access() {
+            return;
         }
+        let change = if ev.paths.iter().any(|p| p.file_name() == name.as_deref()) {
+            Change::Named
+        } else {
+            Change::Elsewhere
+        };
+        let _ = file_tx.try_send(change);
     });
     let _watcher = match watcher {
         Ok(mut w) => match w.watch(&dir, RecursiveMode::NonRecursive) {
@@ -70,14 +80,33 @@ pub async fn watch(path: PathBuf, state: Arc<AppState>) {
         let tx = tx.clone();
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                let _ = tx.send(()).await;
+                let _ = tx.send(Change::Named).await;
             }
         });
     }
-    while rx.recv().await.is_some() {
-        // Let a burst of write events (truncate, write, close) settle into one reload.
+    let mut target = std::fs::canonicalize(&path).ok();
+    while let Some(first) = rx.recv().await {
+        // Let a burst of events (truncate, write, close; a symlink swap's
+        // create, rename and delete) settle into one reload.
         tokio::time::sleep(Duration::from_millis(150)).await;
-        while rx.try_recv().is_ok() {}
-        let _ = reload_from(&path, &state);
+        let mut named = first == Change::Named;
+        while let Ok(more) = rx.try_recv() {
+            named |= more == Change::Named;
+        }
+        let now = std::fs::canonicalize(&path).ok();
+        if named || now != target {
+            target = now;
+            let _ = reload_from(&path, &state);
+        }
     }
+}
+
+/// What a file-system event says about the config file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// The event names the file (or SIGHUP asked for a reload).
+    Named,
+    /// Something else in its directory changed: reload only if the file
+    /// now resolves elsewhere (a swapped `..data` symlink).
+    Elsewhere,
 }

@@ -150,12 +150,16 @@ fn endpoint(i: usize, raw: RawEndpoint) -> Result<EndpointConfig, ConfigError> {
             ));
         }
     }
-    if raw.instances.is_empty() {
+    if raw.instances.is_empty() && raw.discovery.is_none() {
         return Err(ConfigError::new(
             at("instances"),
-            "at least one instance is required",
+            "at least one instance is required (or a discovery section)",
         ));
     }
+    let discovery = raw
+        .discovery
+        .map(|d| super::discovery::validate(&at("discovery"), d))
+        .transpose()?;
     let mut ids = HashSet::new();
     let mut instances = Vec::with_capacity(raw.instances.len());
     for (j, inst) in raw.instances.into_iter().enumerate() {
@@ -204,6 +208,7 @@ fn endpoint(i: usize, raw: RawEndpoint) -> Result<EndpointConfig, ConfigError> {
                 learn_cache_tokens: false,
                 kv_events: None,
                 kv_replay: None,
+                discovered: false,
             },
             cache_tokens,
             (inst.kv_events, inst.kv_replay),
@@ -237,6 +242,7 @@ fn endpoint(i: usize, raw: RawEndpoint) -> Result<EndpointConfig, ConfigError> {
             &at("upstream_api_key"),
             raw.upstream_api_key,
         )?,
+        discovery,
     })
 }
 

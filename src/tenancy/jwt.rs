@@ -3,7 +3,8 @@
 //!
 //! The accepted algorithms must all be of one family, and the key material
 //! must be of that family: HMAC with `secret`; RSA, EC or EdDSA with
-//! `public_key_pem`, `public_key_file` or `jwks_file`. A token whose header
+//! `public_key_pem`, `public_key_file`, `jwks_file` or `jwks_url` (fetched
+//! and refreshed: `jwks_url.rs`). A token whose header
 //! names another algorithm is refused before its signature is looked at, so
 //! neither `alg: none` nor the RSA-public-key-as-HMAC-secret confusion works.
 //! Keys are loaded and parsed at config time: `kvgate check` catches them.
@@ -15,6 +16,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation, errors::ErrorKind as JwtE
 use serde_json::{Map, Value};
 
 use super::is_valid_tenant_id;
+use super::jwks_url::RemoteJwks;
 use super::settings::RawJwt;
 use crate::error::ConfigError;
 
@@ -26,6 +28,8 @@ enum Keys {
     One(DecodingKey),
     /// From a JWKS: chosen by the token's `kid`.
     Set(Vec<(Option<String>, DecodingKey)>),
+    /// From a JWKS URL, refreshed (see `jwks_url`).
+    Remote(Arc<RemoteJwks>),
 }
 
 #[derive(Clone)]
@@ -75,6 +79,7 @@ impl JwtVerifier {
             raw.public_key_pem.is_some(),
             raw.public_key_file.is_some(),
             raw.jwks_file.is_some(),
+            raw.jwks_url.is_some(),
         ];
         let public_sources = sources.iter().filter(|s| **s).count();
         let keys = if family == jsonwebtoken::AlgorithmFamily::Hmac {
@@ -101,13 +106,34 @@ impl JwtVerifier {
             if raw.secret.is_some() || public_sources != 1 {
                 return Err(err(
                     "public_key_pem",
-                    "RS*/PS*/ES*/EdDSA take exactly one of public_key_pem, public_key_file or jwks_file, and no secret".into(),
+                    "RS*/PS*/ES*/EdDSA take exactly one of public_key_pem, public_key_file, jwks_file or jwks_url, and no secret".into(),
                 ));
             }
-            if let Some(path) = &raw.jwks_file {
+            if raw.jwks_refresh_s.is_some() && raw.jwks_url.is_none() {
+                return Err(err("jwks_refresh_s", "only jwks_url is refreshed".into()));
+            }
+            if let Some(url) = &raw.jwks_url {
+                if !(url.starts_with("https://") || url.starts_with("http://"))
+                    || reqwest::Url::parse(url).is_err()
+                {
+                    return Err(err("jwks_url", format!("{url:?} is not an http(s) URL")));
+                }
+                let every = raw.jwks_refresh_s.unwrap_or(300);
+                if !(10..=86_400).contains(&every) {
+                    return Err(err("jwks_refresh_s", "must be between 10 and 86400".into()));
+                }
+                Keys::Remote(super::jwks_url::shared(
+                    url,
+                    family,
+                    std::time::Duration::from_secs(every),
+                ))
+            } else if let Some(path) = &raw.jwks_file {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| err("jwks_file", format!("{path}: {e}")))?;
-                jwks(&text, family).map_err(|why| err("jwks_file", format!("{path}: {why}")))?
+                Keys::Set(
+                    key_set(&text, family)
+                        .map_err(|why| err("jwks_file", format!("{path}: {why}")))?,
+                )
             } else {
                 let (field, pem) = match (&raw.public_key_pem, &raw.public_key_file) {
                     (Some(p), _) => ("public_key_pem", p.clone()),
@@ -161,20 +187,22 @@ impl JwtVerifier {
         })
     }
 
+    /// Start refreshing a JWKS URL's keys (no-op for other key sources).
+    pub fn start(&self) {
+        if let Keys::Remote(r) = &self.keys {
+            r.start();
+        }
+    }
+
     /// The tenant a token speaks for, or why it is refused (for the client).
     pub fn verify(&self, token: &str) -> Result<Arc<str>, String> {
+        let remote;
         let key = match &self.keys {
             Keys::One(k) => k,
-            Keys::Set(set) => {
-                let header = jsonwebtoken::decode_header(token).map_err(|e| why(e.kind()))?;
-                let found = match header.kid.as_deref() {
-                    Some(kid) => set.iter().find(|(k, _)| k.as_deref() == Some(kid)),
-                    None if set.len() == 1 => set.first(),
-                    None => None,
-                };
-                &found
-                    .ok_or_else(|| "the token's key id (kid) is not known".to_owned())?
-                    .1
+            Keys::Set(set) => by_kid(set, token)?,
+            Keys::Remote(r) => {
+                remote = r.keys();
+                by_kid(&remote, token).inspect_err(|_| r.missing_kid())?
             }
         };
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, key, &self.validation)
@@ -188,6 +216,22 @@ impl JwtVerifier {
             None => Err(format!("the token has no `{}` claim", self.tenant_claim)),
         }
     }
+}
+
+/// The key a token's `kid` names (a one-key set needs none).
+fn by_kid<'a>(
+    set: &'a [(Option<String>, DecodingKey)],
+    token: &str,
+) -> Result<&'a DecodingKey, String> {
+    let header = jsonwebtoken::decode_header(token).map_err(|e| why(e.kind()))?;
+    let found = match header.kid.as_deref() {
+        Some(kid) => set.iter().find(|(k, _)| k.as_deref() == Some(kid)),
+        None if set.len() == 1 => set.first(),
+        None => None,
+    };
+    found
+        .map(|(_, k)| k)
+        .ok_or_else(|| "the token's key id (kid) is not known".to_owned())
 }
 
 fn pem_key(
@@ -205,7 +249,10 @@ fn pem_key(
 
 /// Signing keys of the configured family; encryption keys and keys of other
 /// types are skipped, as identity providers publish those side by side.
-fn jwks(text: &str, family: jsonwebtoken::AlgorithmFamily) -> Result<Keys, String> {
+pub(super) fn key_set(
+    text: &str,
+    family: jsonwebtoken::AlgorithmFamily,
+) -> Result<Vec<(Option<String>, DecodingKey)>, String> {
     let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
     let mut keys = Vec::new();
     for jwk in &set.keys {
@@ -223,7 +270,7 @@ fn jwks(text: &str, family: jsonwebtoken::AlgorithmFamily) -> Result<Keys, Strin
     if keys.is_empty() {
         return Err("no signing key of the configured algorithm family".into());
     }
-    Ok(Keys::Set(keys))
+    Ok(keys)
 }
 
 /// What the client is told. Specific enough to fix a client, never echoing

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod api_key;
 mod bucket;
+pub mod jwks_url;
 pub mod jwt;
 pub mod quota;
 pub mod salt;
@@ -64,6 +65,9 @@ impl Tenancy {
     /// Build from config, carrying per-tenant counters over from `previous`
     /// so a reload neither forgets requests in flight nor refills quotas.
     pub fn build(config: &TenancyConfig, previous: Option<&Tenancy>) -> Self {
+        if let AuthConfig::Jwt(jwt) = &config.auth {
+            jwt.start();
+        }
         Self {
             registry: Registry::build(config, previous.map(|p| &p.registry)),
             config: config.clone(),

@@ -27,9 +27,56 @@ use super::jwt::JwtVerifier;
 use crate::error::ConfigError;
 
 /// A configured secret, kept out of `Debug` output and so out of logs.
+///
+/// In YAML it is either the value itself or where to find it, read when the
+/// config is loaded (and so again on every reload):
+/// `{ env: KVGATE_JWT_SECRET }` (an environment variable) or
+/// `{ file: /var/run/secrets/kvgate/jwt }` (a file, such as a mounted
+/// Kubernetes Secret; one trailing newline is dropped).
 #[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
+#[serde(try_from = "SecretSource")]
 pub struct Secret(String);
+
+/// Where a [`Secret`] comes from, as written in the config.
+#[derive(Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a secret: a string, { env: NAME } or { file: PATH }"
+)]
+enum SecretSource {
+    Inline(String),
+    From(SecretRef),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "lowercase")]
+enum SecretRef {
+    Env(String),
+    File(std::path::PathBuf),
+}
+
+impl TryFrom<SecretSource> for Secret {
+    type Error = String;
+
+    fn try_from(source: SecretSource) -> Result<Self, String> {
+        let value = match source {
+            SecretSource::Inline(s) => return Ok(Secret(s)),
+            SecretSource::From(SecretRef::Env(name)) => std::env::var(&name).map_err(|_| {
+                format!("secret from environment variable {name}: not set (or not UTF-8)")
+            })?,
+            SecretSource::From(SecretRef::File(path)) => {
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("secret from file {}: {e}", path.display()))?;
+                let text = text.strip_suffix('\n').unwrap_or(&text);
+                text.strip_suffix('\r').unwrap_or(text).to_owned()
+            }
+        };
+        if value.is_empty() {
+            return Err("secret from the environment or a file is empty".to_owned());
+        }
+        Ok(Secret(value))
+    }
+}
 
 impl Secret {
     pub fn new(s: impl Into<String>) -> Self {
@@ -65,6 +112,10 @@ pub struct RawJwt {
     pub public_key_pem: Option<String>,
     pub public_key_file: Option<String>,
     pub jwks_file: Option<String>,
+    /// An OIDC provider's `jwks_uri`, fetched and refreshed.
+    pub jwks_url: Option<String>,
+    /// Seconds between refetches of `jwks_url`; default 300.
+    pub jwks_refresh_s: Option<u64>,
     pub issuer: Option<String>,
     pub audience: Option<String>,
     pub tenant_claim: Option<String>,

@@ -72,6 +72,24 @@ fn mistakes_name_their_field() {
             "auth.jwt.jwks_file",
         ),
         (
+            jwt(&format!(
+                "    algorithms: [RS256]\n    jwks_url: \"ftp://idp/jwks\"\n{iss_aud}"
+            )),
+            "auth.jwt.jwks_url",
+        ),
+        (
+            jwt(&format!(
+                "    algorithms: [RS256]\n    jwks_url: \"https://idp/jwks\"\n    jwks_refresh_s: 1\n{iss_aud}"
+            )),
+            "auth.jwt.jwks_refresh_s",
+        ),
+        (
+            jwt(&format!(
+                "    algorithms: [RS256]\n    jwks_file: /x\n    jwks_refresh_s: 60\n{iss_aud}"
+            )),
+            "auth.jwt.jwks_refresh_s",
+        ),
+        (
             jwt(&format!("{hs}    audience: \"{AUDIENCE}\"\n")),
             "auth.jwt.issuer",
         ),
@@ -167,4 +185,44 @@ isolation:
     for secret in [HS_SECRET, SALT_SECRET, "sk-upstream-secret"] {
         assert!(!dump.contains(secret), "{secret} in Debug output");
     }
+}
+
+/// Secrets mounted as files (a Kubernetes Secret volume): the gateway reads
+/// them at load, drops the trailing newline `kubectl create secret` files
+/// carry, and a token signed with the file's secret is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_read_from_a_file_authenticates() {
+    let up = Upstream::start("u0", Mode::Json).await;
+    let dir = std::env::temp_dir().join(format!("kvgate-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (jwt_file, salt_file) = (dir.join("jwt"), dir.join("salt"));
+    std::fs::write(&jwt_file, format!("{HS_SECRET}\n")).unwrap();
+    std::fs::write(&salt_file, SALT_SECRET).unwrap();
+    let inline = jwt_config(&[&up], "");
+    let yaml = inline
+        .replace(
+            &format!("secret: \"{HS_SECRET}\""),
+            &format!("secret: {{ file: \"{}\" }}", jwt_file.display()),
+        )
+        .replace(
+            &format!("salt_secret: \"{SALT_SECRET}\""),
+            &format!("salt_secret: {{ file: \"{}\" }}", salt_file.display()),
+        );
+    assert_ne!(yaml, inline, "the config must name the files");
+    let gw = Gateway::start(&yaml).await;
+    let ok = chat(&gw, &hs256(&claims("acme")), &small_chat("q")).await;
+    assert_eq!(ok.status(), 200);
+    let wrong = EncodingKey::from_secret(b"another-secret-of-enough-length-0123456789").unwrap();
+    let bad = sign(Algorithm::HS256, None, &claims("acme"), &wrong);
+    assert_eq!(chat(&gw, &bad, &small_chat("q")).await.status(), 401);
+
+    // A file that is missing names itself; an unknown source is refused.
+    std::fs::remove_file(&jwt_file).unwrap();
+    let err = kvgate::Config::from_yaml(&yaml).unwrap_err().to_string();
+    assert!(err.contains(&jwt_file.display().to_string()), "{err}");
+    let err = kvgate::Config::from_yaml(&yaml.replace("{ file:", "{ vault:"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("{ env: NAME } or { file: PATH }"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
 }

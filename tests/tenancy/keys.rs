@@ -99,3 +99,86 @@ async fn rsa_ec_eddsa_and_jwks_keys_verify() {
         }
     }
 }
+
+/// `jwks_url`: the keys are fetched from the provider at start, a token
+/// signed under a key id the set lacks is refused and makes the gateway
+/// refetch (key rotation), and a reload keeps the fetched keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwks_url_is_fetched_and_refetched_when_keys_rotate() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let up = Upstream::start("u0", Mode::Json).await;
+    let original = std::fs::read_to_string(key_path("jwks.json")).unwrap();
+    let served = Arc::new(std::sync::Mutex::new(original.clone()));
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let app = {
+        let (served, fetches) = (Arc::clone(&served), Arc::clone(&fetches));
+        axum::Router::new().route(
+            "/.well-known/jwks.json",
+            axum::routing::get(move || {
+                let (served, fetches) = (Arc::clone(&served), Arc::clone(&fetches));
+                async move {
+                    fetches.fetch_add(1, Ordering::SeqCst);
+                    let body = served.lock().unwrap().clone();
+                    ([("content-type", "application/json")], body)
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "http://{}/.well-known/jwks.json",
+        listener.local_addr().unwrap()
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let yaml = config_with(
+        &[&up],
+        &format!(
+            "auth:\n  mode: jwt\n  jwt:\n    algorithms: [RS256]\n    jwks_url: \"{url}\"\n    issuer: \"{ISSUER}\"\n    audience: \"{AUDIENCE}\"\nisolation:\n  salt_secret: \"{SALT_SECRET}\"\n"
+        ),
+    );
+    let gw = Gateway::start(&yaml).await;
+    let key = EncodingKey::from_rsa_pem(&pem("rsa_private.pem")).unwrap();
+    let first = sign(Algorithm::RS256, Some("test-rsa-1"), &claims("acme"), &key);
+    // Refetches on an unknown kid are at most one per 10 s: poll up to 30 s.
+    let ok_within = |token: String| {
+        let gw = &gw;
+        async move {
+            for _ in 0..300 {
+                if chat(gw, &token, &small_chat("hi")).await.status() == 200 {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            false
+        }
+    };
+    assert!(ok_within(first.clone()).await, "the fetched key verifies");
+
+    // The provider rotates: the same key pair now under a new id.
+    *served.lock().unwrap() = original.replace("test-rsa-1", "test-rsa-2");
+    let rotated = sign(Algorithm::RS256, Some("test-rsa-2"), &claims("acme"), &key);
+    let before = fetches.load(Ordering::SeqCst);
+    assert_eq!(
+        chat(&gw, &rotated, &small_chat("hi")).await.status(),
+        401,
+        "an unknown kid is refused until the set is refetched"
+    );
+    assert!(ok_within(rotated.clone()).await, "the rotated key verifies");
+    assert!(
+        fetches.load(Ordering::SeqCst) > before,
+        "refetched on the unknown kid"
+    );
+    assert_eq!(
+        chat(&gw, &first, &small_chat("hi")).await.status(),
+        401,
+        "a key the provider dropped no longer verifies"
+    );
+
+    // A reload keeps the keys it has: no request fails for want of a fetch.
+    *served.lock().unwrap() = "{\"keys\": []}".to_owned();
+    gw.state
+        .reload(kvgate::Config::from_yaml(&yaml).unwrap())
+        .unwrap();
+    assert_eq!(chat(&gw, &rotated, &small_chat("hi")).await.status(), 200);
+}

@@ -1,0 +1,287 @@
+//! DNS discovery against a real DNS server on loopback (Debian's dnsmasq):
+//! instances join and leave as its answers change, with traffic flowing and
+//! nothing failing; an empty answer or a dead server keeps the last set.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+
+use super::*;
+
+const NAME: &str = "vllm-headless.serving.svc.cluster.local";
+
+/// dnsmasq answering only from a hosts file, re-read on SIGHUP.
+struct Dns {
+    child: Child,
+    port: u16,
+    hosts: std::path::PathBuf,
+}
+
+impl Dns {
+    fn start(ips: &[u8]) -> Self {
+        let dir = std::env::temp_dir().join(format!("kvgate-dns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let hosts = dir.join("hosts");
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        write_hosts(&hosts, ips);
+        Self {
+            child: Command::new(dnsmasq())
+                .args([
+                    "--keep-in-foreground",
+                    "--conf-file=/dev/null",
+                    "--no-resolv",
+                    "--no-hosts",
+                    "--bind-interfaces",
+                    "--listen-address=127.0.0.1",
+                    "--pid-file=",
+                    "--user=root",
+                    "--local-ttl=0",
+                    &format!("--port={port}"),
+                    &format!("--addn-hosts={}", hosts.display()),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("dnsmasq (apt-get install dnsmasq; .ci/run installs it)"),
+            port,
+            hosts,
+        }
+    }
+
+    /// Answer from now on with these addresses. SIGHUP makes dnsmasq re-read
+    /// the file (sent only once it runs: before, SIGHUP would end it).
+    fn answer(&self, ips: &[u8]) {
+        write_hosts(&self.hosts, ips);
+        let _ = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status();
+    }
+}
+
+/// Debian puts it in /usr/sbin, which a non-root PATH may lack.
+fn dnsmasq() -> &'static str {
+    if std::path::Path::new("/usr/sbin/dnsmasq").exists() {
+        "/usr/sbin/dnsmasq"
+    } else {
+        "dnsmasq"
+    }
+}
+
+/// `NAME` is 127.0.0.<ip> for each of `ips` (none: NXDOMAIN).
+fn write_hosts(path: &std::path::Path, ips: &[u8]) {
+    let text: String = ips
+        .iter()
+        .map(|i| format!("127.0.0.{i} {NAME}\n"))
+        .collect();
+    std::fs::write(path, text).unwrap();
+}
+
+impl Drop for Dns {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Upstreams on 127.0.0.<ip>:port, one port for all (DNS gives addresses, not ports).
+pub async fn fleet(ips: &[u8]) -> (u16, Vec<Upstream>) {
+    for _ in 0..20 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut ups = Vec::new();
+        for &i in ips {
+            let addr = SocketAddr::from((Ipv4Addr::new(127, 0, 0, i), port));
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => ups.push(Upstream::start_on(l, &format!("u{i}"), Mode::Json).await),
+                Err(_) => break,
+            }
+        }
+        if ups.len() == ips.len() {
+            return (port, ups);
+        }
+    }
+    panic!("no port free on every loopback address");
+}
+
+pub fn ids(gw: &Gateway) -> Vec<String> {
+    let mut ids: Vec<String> = gw.instances().iter().map(|i| i.id.clone()).collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_join_and_leave_as_dns_answers_change() {
+    let (port, ups) = fleet(&[2, 3, 4]).await;
+    let dns = Dns::start(&[2, 3]);
+    let yaml = format!(
+        r#"server:
+  listen: "127.0.0.1:0"
+  failover_cooldown_ms: 60000
+endpoints:
+  - name: chat
+    models: ["{MODEL}"]
+    discovery:
+      dns: "{NAME}:{port}"
+      dns_server: "127.0.0.1:{}"
+      interval_ms: 100
+    routing:
+      strategy: prefix_aware
+      prefix_length: 1024
+      concurrency_threshold: 64
+"#,
+        dns.port
+    );
+    let gw = Arc::new(Gateway::start(&yaml).await);
+    let at = |i: u8| format!("127.0.0.{i}:{port}");
+    eventually("two instances discovered", || ids(&gw) == [at(2), at(3)]).await;
+
+    // Traffic throughout: every request must succeed while the set changes.
+    let stop = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let traffic = {
+        let (gw, stop, failed, sent) = (gw.clone(), stop.clone(), failed.clone(), sent.clone());
+        tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                let resp = gw
+                    .chat(&chat_body(MODEL, &system_prompt(n), "q", false))
+                    .await;
+                if resp.status() != 200 {
+                    failed.fetch_add(1, Ordering::SeqCst);
+                }
+                sent.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    eventually("traffic flowing", || sent.load(Ordering::SeqCst) > 20).await;
+
+    // A pod joins and another leaves.
+    dns.answer(&[3, 4]);
+    eventually("the set follows the answer", || ids(&gw) == [at(3), at(4)]).await;
+    let before = sent.load(Ordering::SeqCst);
+    eventually("traffic after the change", || {
+        sent.load(Ordering::SeqCst) > before + 20
+    })
+    .await;
+    assert!(ups[2].hits() > 0, "the joined instance takes traffic");
+
+    // An empty answer (NXDOMAIN) keeps the last known set, and is counted.
+    dns.answer(&[]);
+    let metrics_has_failure = || async {
+        gw.metrics().await.lines().any(|l| {
+            l.starts_with("kvgate_discovery_failures_total{") && l.contains("endpoint=\"chat\"")
+        })
+    };
+    for _ in 0..100 {
+        if metrics_has_failure().await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(metrics_has_failure().await, "a failed lookup is counted");
+    assert_eq!(
+        ids(&gw),
+        [at(3), at(4)],
+        "a failed lookup keeps the last set"
+    );
+
+    // The DNS server dies: still serving on the last set.
+    drop(dns);
+    let before = sent.load(Ordering::SeqCst);
+    eventually("traffic with DNS gone", || {
+        sent.load(Ordering::SeqCst) > before + 20
+    })
+    .await;
+    assert_eq!(ids(&gw), [at(3), at(4)]);
+
+    stop.store(true, Ordering::SeqCst);
+    traffic.await.unwrap();
+    assert_eq!(
+        failed.load(Ordering::SeqCst),
+        0,
+        "requests failed while instances changed"
+    );
+}
+
+#[test]
+fn discovery_mistakes_name_their_field() {
+    let base = |d: &str| {
+        format!("endpoints:\n  - name: chat\n    models: [m]\n    discovery: {{ {d} }}\n")
+    };
+    for (d, field) in [
+        ("dns_server: \"127.0.0.1\"", "endpoints[0].discovery.dns"),
+        ("dns: \"vllm\"", "endpoints[0].discovery.dns"),
+        ("dns: \"vllm:0\"", "endpoints[0].discovery.dns"),
+        (
+            "dns: \"vllm:8000\", dns_server: \"dns.local\"",
+            "endpoints[0].discovery.dns_server",
+        ),
+        (
+            "dns: \"vllm:8000\", interval_ms: 10",
+            "endpoints[0].discovery.interval_ms",
+        ),
+        (
+            "dns: \"vllm:8000\", scheme: ftp",
+            "endpoints[0].discovery.scheme",
+        ),
+        (
+            "kubernetes: { service: vllm, port: 8000 }",
+            "endpoints[0].discovery.kubernetes.namespace",
+        ),
+        (
+            "kubernetes: { namespace: Serving, service: vllm, port: 8000 }",
+            "endpoints[0].discovery.kubernetes.namespace",
+        ),
+        (
+            "kubernetes: { namespace: serving, port: 8000 }",
+            "endpoints[0].discovery.kubernetes.service",
+        ),
+        (
+            "kubernetes: { namespace: serving, service: vllm }",
+            "endpoints[0].discovery.kubernetes.port",
+        ),
+        (
+            "kubernetes: { namespace: serving, service: vllm, port: 0 }",
+            "endpoints[0].discovery.kubernetes.port",
+        ),
+        (
+            "kubernetes: { namespace: s, service: v, port: 1 }, dns: \"v:1\"",
+            "endpoints[0].discovery.kubernetes",
+        ),
+        (
+            "kubernetes: { namespace: s, service: v, port: 1 }, dns_server: \"1.1.1.1\"",
+            "endpoints[0].discovery.dns_server",
+        ),
+    ] {
+        let err = kvgate::Config::from_yaml(&base(d)).unwrap_err();
+        assert_eq!(err.field, field, "{d}: {err}");
+    }
+    let ok = kvgate::Config::from_yaml(&base("dns: \"vllm:8000\"")).unwrap();
+    assert!(ok.endpoints[0].instances.is_empty());
+}
+
+/// Before any answer (a resolver that never replies) the endpoint has no
+/// instance: a 503 in the OpenAI shape, and the gateway keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_with_nothing_discovered_yet_answers_503() {
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let yaml = format!(
+        "endpoints:\n  - name: chat\n    models: [\"{MODEL}\"]\n    discovery: {{ dns: \"{NAME}:8000\", dns_server: \"{}\" }}\n",
+        silent.local_addr().unwrap()
+    );
+    let gw = Gateway::start(&yaml).await;
+    let resp = gw.chat(&chat_body(MODEL, "s", "q", false)).await;
+    assert_eq!(resp.status(), 503);
+    let body = resp.json_value().await;
+    assert!(body["error"]["message"].is_string(), "{body}");
+    let health = client().get(gw.url("/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+}
