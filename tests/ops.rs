@@ -9,15 +9,17 @@
 )]
 
 mod common;
+/// DNS discovery against dnsmasq.
+#[path = "ops/discovery.rs"]
+mod discovery;
+#[path = "ops/drain.rs"]
+mod drain;
+#[path = "ops/kubernetes.rs"]
+mod kubernetes;
 #[path = "ops/metrics.rs"]
 mod metrics;
 #[path = "ops/tls.rs"]
 mod tls;
-/// DNS discovery against dnsmasq.
-#[path = "ops/discovery.rs"]
-mod discovery;
-#[path = "ops/kubernetes.rs"]
-mod kubernetes;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! The route table and the layer stack, assembled in one place.
 
 mod admin;
+mod instances;
 mod metrics;
 mod proxy;
 
@@ -64,6 +65,13 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
             "/admin/explain/{*path}",
             Admin,
             post(admin::explain),
+        ),
+        ("get", "/admin/instances", Admin, get(instances::list)),
+        (
+            "post",
+            "/admin/instances/drain",
+            Admin,
+            post(instances::drain),
         ),
         ("get", "/health", Open, get(admin::health)),
         ("get", "/ready", Open, get(admin::ready)),

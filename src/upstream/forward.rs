@@ -66,6 +66,10 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
         let Some(instance) = ep.instances.get(idx) else {
             continue;
         };
+        if instance.is_draining() {
+            last_error = "every instance is draining".to_owned();
+            continue;
+        }
         let reason = if attempt == 0 {
             plan.reason
         } else {

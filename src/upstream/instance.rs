@@ -38,6 +38,7 @@ pub struct Instance {
     cooldown_until: AtomicU64,
     /// Set by health checks; starts healthy so a new fleet serves at once.
     healthy: AtomicBool,
+    draining: AtomicBool,
     /// Consecutive failed requests (connection errors or 5xx), for passive ejection.
     failures: AtomicU32,
     /// Consecutive probe results in the current direction (health checks).
@@ -78,6 +79,7 @@ impl Instance {
             capacity_tries: AtomicU32::new(0),
             cooldown_until: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
+            draining: AtomicBool::new(false),
             failures: AtomicU32::new(0),
             probe_streak: AtomicU32::new(0),
             confirmed: AtomicBool::new(false),
@@ -130,11 +132,24 @@ impl Instance {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Healthy and not cooling down.
+    /// Healthy, not cooling down, not warming, not draining.
     pub fn available(&self) -> bool {
         !self.warming.load(Ordering::Relaxed)
+            && !self.draining.load(Ordering::Relaxed)
             && self.healthy.load(Ordering::Relaxed)
             && self.cooldown_until.load(Ordering::Relaxed) <= now_ms()
+    }
+
+    /// Drained (by an operator): it takes no new request at all, not even as
+    /// a last resort, while the ones it has finish. Kept across reloads.
+    pub fn set_draining(&self, on: bool) {
+        if self.draining.swap(on, Ordering::Relaxed) != on {
+            tracing::warn!(endpoint = %self.endpoint, instance = %self.id, draining = on, "instance drain changed");
+        }
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     /// Hold the instance back from routing while it is warmed (`warmup`).
