@@ -9,6 +9,8 @@
 )]
 
 mod common;
+#[path = "ops/deploy.rs"]
+mod deploy;
 /// DNS discovery against dnsmasq.
 #[path = "ops/discovery.rs"]
 mod discovery;
