@@ -4,8 +4,6 @@
 
 use serde_json::Value;
 
-use super::*;
-
 fn render(overlay: &str) -> Vec<Value> {
     let dir = format!("{}/deploy/overlays/{overlay}", env!("CARGO_MANIFEST_DIR"));
     let out = std::process::Command::new("kubectl")
