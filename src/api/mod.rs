@@ -53,7 +53,7 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
             "post",
             "/endpoints/{endpoint}/invocations-response-stream",
             Inference,
-            post(proxy::handle),
+            post(proxy::handle_stream),
         ),
         ("get", "/v1/models", Authenticated, get(admin::models)),
         (
@@ -113,6 +113,9 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .layer(TraceLayer::new_for_http())
                 // Echo the id on every response, errors included.
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+                // SageMaker routes answer errors in SageMaker's shape: every
+                // error below, whichever layer raised it, passes through here.
+                .layer(from_fn(crate::sagemaker::error::wire))
                 // Framing that could smuggle a request: refused first.
                 .layer(from_fn(crate::middleware::framing::check)),
         )

@@ -4,10 +4,12 @@
 //!
 //! ```yaml
 //! auth:
-//!   mode: jwt                  # none (default) | api_key | jwt
+//!   mode: jwt                  # none (default) | api_key | jwt | sigv4, or a list: [jwt, sigv4]
 //!   jwt: { algorithms: [RS256], jwks_file: /etc/kvgate/jwks.json,
 //!          issuer: https://auth.example.com, audience: kvgate, tenant_claim: tenant }
 //!   api_keys: [{ tenant: acme, sha256: <64 hex digits> }]
+//!   sigv4: { region: us-east-1, max_unverified_uploads: 64,
+//!            credentials: [{ tenant: acme, access_key_id: AKIA…, secret_access_key: … }] }
 //! tenants:
 //!   default:   { max_concurrency: 64, requests_per_minute: 600, tokens_per_minute: 200000 }
 //!   overrides: { acme: { max_concurrency: 2, models: [meta-llama/Llama-3.1-8B-Instruct] } }
@@ -25,6 +27,7 @@ use super::api_key::ApiKeys;
 use super::is_valid_tenant_id;
 use super::jwt::JwtVerifier;
 use crate::error::ConfigError;
+use crate::sagemaker::sigv4::{Credential, Sigv4Verifier};
 
 /// A configured secret, kept out of `Debug` output and so out of logs.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
@@ -50,10 +53,39 @@ impl std::fmt::Debug for Secret {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAuth {
-    pub mode: Option<String>,
+    pub mode: Option<RawModes>,
     pub jwt: Option<RawJwt>,
     #[serde(default)]
     pub api_keys: Vec<RawApiKey>,
+    pub sigv4: Option<RawSigv4>,
+}
+
+/// `mode: jwt` or `mode: [jwt, sigv4]`: a request may use any listed mode.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawModes {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `auth.sigv4`: AWS SigV4-signed callers (boto3's `sagemaker-runtime`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSigv4 {
+    pub region: Option<String>,
+    #[serde(default)]
+    pub credentials: Vec<RawSigv4Credential>,
+    /// Signed uploads whose body is still being read (and so not yet
+    /// verified), all tenants together; default 64.
+    pub max_unverified_uploads: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSigv4Credential {
+    pub tenant: String,
+    pub access_key_id: String,
+    pub secret_access_key: Secret,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -108,7 +140,10 @@ pub struct RawIsolation {
 /// Validated tenancy settings.
 #[derive(Debug, Clone)]
 pub struct TenancyConfig {
+    /// The bearer scheme (`Authorization: Bearer …`), if one is on.
     pub auth: AuthConfig,
+    /// SigV4-signed requests, if on (alone or beside a bearer scheme).
+    pub sigv4: Option<Arc<Sigv4Verifier>>,
     pub tenants: TenantsConfig,
     /// Key of the upstream cache salt; `Some` means salting is on.
     pub salt_secret: Option<Secret>,
@@ -118,6 +153,7 @@ impl Default for TenancyConfig {
     fn default() -> Self {
         Self {
             auth: AuthConfig::None,
+            sigv4: None,
             tenants: TenantsConfig::default(),
             salt_secret: None,
         }
@@ -161,34 +197,8 @@ pub(crate) fn validate(
     isolation: RawIsolation,
     served: &HashSet<&str>,
 ) -> Result<TenancyConfig, ConfigError> {
-    let mode = auth.mode.as_deref().unwrap_or("none");
-    let auth = match mode {
-        "none" => {
-            if auth.jwt.is_some() || !auth.api_keys.is_empty() {
-                return Err(ConfigError::new(
-                    "auth.mode",
-                    "is none, but keys are configured: set mode to jwt or api_key, or remove them",
-                ));
-            }
-            AuthConfig::None
-        }
-        "api_key" => AuthConfig::ApiKeys(Arc::new(ApiKeys::from_raw(
-            &auth.api_keys,
-            "auth.api_keys",
-        )?)),
-        "jwt" => {
-            let raw = auth
-                .jwt
-                .ok_or_else(|| ConfigError::new("auth.jwt", "required when mode is jwt"))?;
-            AuthConfig::Jwt(Arc::new(JwtVerifier::from_raw(&raw, "auth.jwt")?))
-        }
-        other => {
-            return Err(ConfigError::new(
-                "auth.mode",
-                format!("{other:?} is not one of none, api_key, jwt"),
-            ));
-        }
-    };
+    let (bearer_auth, sigv4) = auth_modes(auth)?;
+    let auth = bearer_auth;
     let default_raw = tenants.default.unwrap_or_default();
     let default = limits("tenants.default", &default_raw, served)?;
     let mut overrides = HashMap::with_capacity(tenants.overrides.len());
@@ -211,7 +221,7 @@ pub(crate) fn validate(
     }
     let salt_on = isolation
         .upstream_cache_salt
-        .unwrap_or(!matches!(auth, AuthConfig::None));
+        .unwrap_or(!matches!(auth, AuthConfig::None) || sigv4.is_some());
     let salt_secret = match (salt_on, isolation.salt_secret) {
         (false, _) => None,
         (true, None) => {
@@ -230,9 +240,166 @@ pub(crate) fn validate(
     };
     Ok(TenancyConfig {
         auth,
+        sigv4,
         tenants: TenantsConfig { default, overrides },
         salt_secret,
     })
+}
+
+/// `auth.mode` (one mode or a list) and the sections it needs.
+fn auth_modes(auth: RawAuth) -> Result<(AuthConfig, Option<Arc<Sigv4Verifier>>), ConfigError> {
+    let modes = match auth.mode {
+        None => vec!["none".to_owned()],
+        Some(RawModes::One(m)) => vec![m],
+        Some(RawModes::Many(m)) if m.is_empty() => {
+            return Err(ConfigError::new(
+                "auth.mode",
+                "an empty list: name at least one mode",
+            ));
+        }
+        Some(RawModes::Many(m)) => m,
+    };
+    let mut bearer = AuthConfig::None;
+    let mut sigv4 = None;
+    let mut seen = HashSet::new();
+    for mode in &modes {
+        if !seen.insert(mode.as_str()) {
+            return Err(ConfigError::new(
+                "auth.mode",
+                format!("{mode:?} is listed twice"),
+            ));
+        }
+        match mode.as_str() {
+            "none" if modes.len() == 1 => {}
+            "none" => {
+                return Err(ConfigError::new(
+                    "auth.mode",
+                    "none cannot be combined with other modes",
+                ));
+            }
+            "api_key" | "jwt" if !matches!(bearer, AuthConfig::None) => {
+                return Err(ConfigError::new(
+                    "auth.mode",
+                    "api_key and jwt both use Authorization: Bearer; choose one",
+                ));
+            }
+            "api_key" => {
+                bearer = AuthConfig::ApiKeys(Arc::new(ApiKeys::from_raw(
+                    &auth.api_keys,
+                    "auth.api_keys",
+                )?));
+            }
+            "jwt" => {
+                let raw = auth
+                    .jwt
+                    .as_ref()
+                    .ok_or_else(|| ConfigError::new("auth.jwt", "required when mode is jwt"))?;
+                bearer = AuthConfig::Jwt(Arc::new(JwtVerifier::from_raw(raw, "auth.jwt")?));
+            }
+            "sigv4" => {
+                let raw = auth
+                    .sigv4
+                    .as_ref()
+                    .ok_or_else(|| ConfigError::new("auth.sigv4", "required when mode is sigv4"))?;
+                sigv4 = Some(Arc::new(sigv4_verifier(raw)?));
+            }
+            other => {
+                return Err(ConfigError::new(
+                    "auth.mode",
+                    format!("{other:?} is not one of none, api_key, jwt, sigv4"),
+                ));
+            }
+        }
+    }
+    let unused = [
+        ("auth.jwt", auth.jwt.is_some() && !seen.contains("jwt")),
+        (
+            "auth.api_keys",
+            !auth.api_keys.is_empty() && !seen.contains("api_key"),
+        ),
+        (
+            "auth.sigv4",
+            auth.sigv4.is_some() && !seen.contains("sigv4"),
+        ),
+    ];
+    if let Some((field, _)) = unused.iter().find(|(_, u)| *u) {
+        return Err(ConfigError::new(
+            *field,
+            "is configured, but auth.mode does not list it: add it to the mode, or remove it",
+        ));
+    }
+    Ok((bearer, sigv4))
+}
+
+fn sigv4_verifier(raw: &RawSigv4) -> Result<Sigv4Verifier, ConfigError> {
+    let at = "auth.sigv4";
+    let region = raw
+        .region
+        .clone()
+        .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        .ok_or_else(|| {
+            ConfigError::new(
+                format!("{at}.region"),
+                "required: the region clients sign for, e.g. us-east-1",
+            )
+        })?;
+    if raw.credentials.is_empty() {
+        return Err(ConfigError::new(
+            format!("{at}.credentials"),
+            "mode sigv4 needs at least one credential",
+        ));
+    }
+    let mut keys = HashSet::new();
+    let mut credentials = Vec::with_capacity(raw.credentials.len());
+    for (i, c) in raw.credentials.iter().enumerate() {
+        let here = |f: &str| format!("{at}.credentials[{i}].{f}");
+        if !is_valid_tenant_id(&c.tenant) {
+            return Err(ConfigError::new(
+                here("tenant"),
+                "tenant ids are 1-128 visible ASCII characters",
+            ));
+        }
+        let id_ok = (1..=128).contains(&c.access_key_id.len())
+            && c.access_key_id.bytes().all(|b| b.is_ascii_alphanumeric());
+        if !id_ok {
+            return Err(ConfigError::new(
+                here("access_key_id"),
+                "1-128 letters and digits, e.g. AKIA…",
+            ));
+        }
+        if !keys.insert(c.access_key_id.as_str()) {
+            return Err(ConfigError::new(
+                here("access_key_id"),
+                "the same key id is listed twice",
+            ));
+        }
+        if c.secret_access_key.expose().len() < 16 {
+            return Err(ConfigError::new(
+                here("secret_access_key"),
+                "must be at least 16 bytes",
+            ));
+        }
+        credentials.push(Credential {
+            tenant: Arc::from(c.tenant.as_str()),
+            access_key_id: c.access_key_id.clone(),
+            secret_access_key: c.secret_access_key.expose().to_owned(),
+        });
+    }
+    let max = match raw.max_unverified_uploads {
+        None => 64,
+        Some(n @ 1..=100_000) => n,
+        Some(n) => {
+            return Err(ConfigError::new(
+                format!("{at}.max_unverified_uploads"),
+                format!("{n} is outside 1..=100000"),
+            ));
+        }
+    };
+    Ok(Sigv4Verifier::new(
+        region,
+        credentials,
+        usize::try_from(max).unwrap_or(64),
+    ))
 }
 
 fn limits(at: &str, raw: &RawLimits, served: &HashSet<&str>) -> Result<Limits, ConfigError> {
