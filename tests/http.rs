@@ -9,6 +9,8 @@
 )]
 
 mod common;
+#[path = "http/sagemaker.rs"]
+mod sagemaker;
 
 use std::time::Duration;
 

@@ -218,6 +218,16 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
         };
         return Ok((resp, outcome));
     }
+    // Every candidate was already ejected or cooling down before this
+    // request tried it as a last resort: no healthy instance, worth a retry.
+    let none_healthy = !plan
+        .order
+        .iter()
+        .any(|&i| loads.get(i).is_some_and(|l| l.available));
+    if none_healthy && last_kind == ErrorKind::BadGateway {
+        last_kind = ErrorKind::Unavailable;
+        last_error = format!("no healthy instance (last attempt: {last_error})");
+    }
     Err(ApiError::new(
         last_kind,
         format!(
