@@ -270,12 +270,13 @@ impl Pending {
         body: &[u8],
     ) -> Result<Arc<str>, ApiError> {
         let body_hash = hex::encode(Sha256::digest(body));
-        if let Some(declared) = headers.get("x-amz-content-sha256") {
-            if declared.as_bytes() != body_hash.as_bytes() {
-                return Err(invalid(
-                    "the body does not match x-amz-content-sha256 (unsigned payloads are not accepted)",
-                ));
-            }
+        if headers
+            .get("x-amz-content-sha256")
+            .is_some_and(|declared| declared.as_bytes() != body_hash.as_bytes())
+        {
+            return Err(invalid(
+                "the body does not match x-amz-content-sha256 (unsigned payloads are not accepted)",
+            ));
         }
         // HTTP/2 has no Host header; its authority is what was signed as host.
         let authority = uri.authority().map(|a| a.as_str().to_owned());

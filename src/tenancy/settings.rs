@@ -262,25 +262,25 @@ fn auth_modes(auth: RawAuth) -> Result<(AuthConfig, Option<Arc<Sigv4Verifier>>),
     let mut bearer = AuthConfig::None;
     let mut sigv4 = None;
     let mut seen = HashSet::new();
+    if let Some(twice) = modes.iter().find(|m| !seen.insert(m.as_str())) {
+        return Err(ConfigError::new(
+            "auth.mode",
+            format!("{twice:?} is listed twice"),
+        ));
+    }
+    if seen.contains("api_key") && seen.contains("jwt") {
+        return Err(ConfigError::new(
+            "auth.mode",
+            "api_key and jwt both use Authorization: Bearer; choose one",
+        ));
+    }
     for mode in &modes {
-        if !seen.insert(mode.as_str()) {
-            return Err(ConfigError::new(
-                "auth.mode",
-                format!("{mode:?} is listed twice"),
-            ));
-        }
         match mode.as_str() {
             "none" if modes.len() == 1 => {}
             "none" => {
                 return Err(ConfigError::new(
                     "auth.mode",
                     "none cannot be combined with other modes",
-                ));
-            }
-            "api_key" | "jwt" if !matches!(bearer, AuthConfig::None) => {
-                return Err(ConfigError::new(
-                    "auth.mode",
-                    "api_key and jwt both use Authorization: Bearer; choose one",
                 ));
             }
             "api_key" => {
@@ -311,22 +311,17 @@ fn auth_modes(auth: RawAuth) -> Result<(AuthConfig, Option<Arc<Sigv4Verifier>>),
             }
         }
     }
-    let unused = [
-        ("auth.jwt", auth.jwt.is_some() && !seen.contains("jwt")),
-        (
-            "auth.api_keys",
-            !auth.api_keys.is_empty() && !seen.contains("api_key"),
-        ),
-        (
-            "auth.sigv4",
-            auth.sigv4.is_some() && !seen.contains("sigv4"),
-        ),
-    ];
-    if let Some((field, _)) = unused.iter().find(|(_, u)| *u) {
+    let configured = auth.jwt.is_some() || !auth.api_keys.is_empty() || auth.sigv4.is_some();
+    if seen.contains("none") && configured {
         return Err(ConfigError::new(
-            *field,
-            "is configured, but auth.mode does not list it: add it to the mode, or remove it",
+            "auth.mode",
+            "is none, but keys are configured: set mode to jwt, api_key or sigv4, or remove them",
         ));
+    }
+    // A section the mode does not use is still checked, so a mistake shows
+    // before the mode is switched to it.
+    if let (None, Some(raw)) = (&sigv4, &auth.sigv4) {
+        sigv4_verifier(raw)?;
     }
     Ok((bearer, sigv4))
 }

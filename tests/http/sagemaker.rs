@@ -224,7 +224,7 @@ async fn errors_on_endpoints_routes_are_in_sagemakers_shape_and_openai_routes_ke
     let c = Container::start("c0").await;
     let down = closed_port().await;
     let gw = Gateway::start(&sagemaker_config(&[&c], &down, "")).await;
-    let cases: Vec<(&str, &str, Option<(&str, &str)>, Vec<u8>, u16, &str)> = vec![
+    let cases: Vec<super::BadInput> = vec![
         (
             "unknown endpoint",
             "/endpoints/nope/invocations",
@@ -465,6 +465,15 @@ async fn a_client_leaving_the_response_stream_cancels_the_upstream() {
     gw.drained().await;
 }
 
+/// What, the signed headers, the body sent, status, `x-amzn-ErrorType`.
+type SignedCase = (
+    &'static str,
+    Vec<(String, String)>,
+    &'static [u8],
+    u16,
+    &'static str,
+);
+
 fn sign(
     method: &str,
     url: &str,
@@ -520,7 +529,7 @@ async fn sigv4_tenants_are_verified_before_anything_is_forwarded() {
     let v: serde_json::Value = serde_json::from_slice(&ok.bytes().await.unwrap()).unwrap();
     // The tenant's salt, set by the gateway, reached the container.
     assert!(v["received"]["cache_salt"].is_string(), "{v}");
-    let cases: Vec<(&str, Vec<(String, String)>, &'static [u8], u16, &str)> = vec![
+    let cases: Vec<SignedCase> = vec![
         (
             "wrong secret",
             sign(
@@ -716,4 +725,52 @@ async fn boto3_sagemaker_runtime_interop() {
         bodies.iter().all(|b| b.contains("\"cache_salt\"")),
         "{bodies:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mode_list_accepts_a_bearer_token_or_a_signature() {
+    let c = Container::start("c0").await;
+    let down = closed_port().await;
+    let secret = "jwt-secret-0123456789abcdef0123456789";
+    let auth = sigv4_auth().replace(
+        "  mode: sigv4\n",
+        &format!("  mode: [jwt, sigv4]\n  jwt: {{ algorithms: [HS256], secret: \"{secret}\", issuer: iss, audience: aud }}\n"),
+    );
+    let gw = Gateway::start(&sagemaker_config(&[&c], &down, &auth)).await;
+    let url = gw.url("/endpoints/chat/invocations");
+    let body = br#"{"inputs":"hello"}"#;
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &serde_json::json!({"tenant": "acme", "iss": "iss", "aud": "aud", "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap(),
+    )
+    .unwrap();
+    let bearer = client()
+        .post(&url)
+        .bearer_auth(token)
+        .body(&body[..])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bearer.status(), 200);
+    let mut signed = client().post(&url).body(&body[..]);
+    for (k, v) in sign(
+        "POST",
+        &url,
+        body,
+        ACME_KEY,
+        ACME_SECRET,
+        std::time::SystemTime::now(),
+    ) {
+        signed = signed.header(k, v);
+    }
+    assert_eq!(signed.send().await.unwrap().status(), 200);
+    let none = client().post(&url).body(&body[..]).send().await.unwrap();
+    assert_eq!(none.status(), 401);
+    assert_eq!(c.bodies().len(), 2);
 }
