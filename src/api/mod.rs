@@ -55,6 +55,9 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
             Inference,
             post(proxy::handle_stream),
         ),
+        // SageMaker's container contract, so kvgate can itself be the inference
+        // container: `/invocations` goes to the first configured endpoint.
+        ("post", "/invocations", Inference, post(proxy::handle)),
         ("get", "/v1/models", Authenticated, get(admin::models)),
         (
             "post",
@@ -64,6 +67,7 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
         ),
         ("get", "/health", Open, get(admin::health)),
         ("get", "/ready", Open, get(admin::ready)),
+        ("get", "/ping", Open, get(admin::ready)),
         ("get", "/metrics", Open, get(admin::metrics)),
     ]
 }

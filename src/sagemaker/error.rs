@@ -3,7 +3,8 @@
 //! error answer — is rendered as `x-amzn-ErrorType: <code>` with a
 //! `{"message": …}` body, the shape botocore maps to its modeled exceptions.
 //! The shape is chosen here, in one place, from the request path
-//! ([`is_sagemaker_path`]); elsewhere errors keep the OpenAI shape.
+//! ([`is_sagemaker_path`]: `/endpoints/*`, and the container contract's
+//! `/invocations` and `/ping`); elsewhere errors keep the OpenAI shape.
 //!
 //! | kvgate error | status | `x-amzn-ErrorType` |
 //! |---|---|---|

@@ -774,3 +774,36 @@ async fn a_mode_list_accepts_a_bearer_token_or_a_signature() {
     assert_eq!(none.status(), 401);
     assert_eq!(c.bodies().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_container_contract_at_the_root_serves_the_first_endpoint() {
+    let c = Container::start("c0").await;
+    let down = closed_port().await;
+    let gw = Gateway::start(&sagemaker_config(&[&c], &down, "")).await;
+    let ping = client().get(gw.url("/ping")).send().await.unwrap();
+    assert_eq!(ping.status(), 200);
+    let resp = client()
+        .post(gw.url("/invocations"))
+        .header("x-amzn-sagemaker-custom-attributes", "a=1")
+        .body(r#"{"inputs":"from SageMaker"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-amzn-invoked-production-variant"], "i0");
+    assert_eq!(
+        resp.headers()["x-amzn-sagemaker-custom-attributes"],
+        "seen=a=1"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(v["received"]["inputs"], "from SageMaker");
+    let bad = client()
+        .post(gw.url("/invocations"))
+        .body("{")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    assert_eq!(error_type(bad.headers()), "ValidationError");
+    assert_eq!(c.bodies().len(), 1);
+}
