@@ -1,10 +1,12 @@
 //! SageMaker's wire, so that boto3's `sagemaker-runtime` works unchanged on
 //! the `/endpoints/{name}/…` routes: its errors ([`error`]), the event-stream
 //! answer of `invocations-response-stream` ([`eventstream`]), SigV4-signed
-//! callers ([`sigv4`]) and the response headers SageMaker sends.
+//! callers ([`sigv4`]) and the response headers SageMaker sends; and
+//! [`import`], SageMaker endpoint configs as kvgate endpoints.
 
 pub mod error;
 pub mod eventstream;
+pub mod import;
 pub mod sigv4;
 
 use axum::http::{HeaderName, HeaderValue};
