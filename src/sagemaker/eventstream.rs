@@ -66,6 +66,10 @@ pub fn into_event_stream(resp: Response) -> Response {
     parts
         .headers
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    // Proxies in front must not hold frames back.
+    parts
+        .headers
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
     // The frames change the length; the coding would apply to the frames.
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.remove(header::CONTENT_ENCODING);

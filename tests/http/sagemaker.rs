@@ -363,6 +363,7 @@ async fn the_response_stream_is_one_payload_part_per_chunk_with_nothing_added() 
     assert_eq!(h["x-amzn-sagemaker-content-type"], "text/event-stream");
     assert_eq!(h["x-amzn-invoked-production-variant"], "i0");
     assert_eq!(h["x-amzn-sagemaker-custom-attributes"], "seen=trace=1");
+    assert_eq!(h["x-accel-buffering"], "no");
     let mut body = resp.bytes_stream();
     let mut got = Vec::new();
     use futures_util::StreamExt;
