@@ -12,6 +12,8 @@
 mod common;
 #[path = "http/sagemaker.rs"]
 mod sagemaker;
+#[path = "http/sigv4.rs"]
+mod sigv4;
 
 use std::time::Duration;
 

@@ -8,6 +8,7 @@
 //! [`crate::Runtime`], so a reload swaps keys, limits and salts together.
 
 pub mod api_key;
+mod auth_mode;
 mod bucket;
 pub mod jwt;
 pub mod quota;
