@@ -127,7 +127,9 @@ assert isinstance(e, sm.exceptions.ValidationError), e
 e = error_of(lambda: sm.invoke_endpoint(EndpointName="chat", Body=b"MUST-NOT-ARRIVE,1", ContentType="text/csv"))
 assert isinstance(e, sm.exceptions.ValidationError), e
 big = json.dumps({"inputs": "MUST-NOT-ARRIVE" + "a" * 70000})
-e = error_of(lambda: sm.invoke_endpoint_with_response_stream(EndpointName="chat", Body=big, ContentType="application/json"))
+# Its own client: kvgate answers an oversized body without reading it and the
+# connection may close under botocore's pool (issue 11, item 6).
+e = error_of(lambda: runtime().invoke_endpoint_with_response_stream(EndpointName="chat", Body=big, ContentType="application/json"))
 assert isinstance(e, sm.exceptions.ValidationError), e
 e = error_of(lambda: sm.invoke_endpoint(EndpointName="chat", Body=b'{"fail": 500}', ContentType="application/json"))
 assert isinstance(e, sm.exceptions.ModelError), e
