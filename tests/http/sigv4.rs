@@ -116,6 +116,48 @@ async fn sigv4_tenants_are_verified_before_anything_is_forwarded() {
             "InvalidSignatureException",
         ),
         (
+            "20 minutes ahead",
+            sign(
+                "POST",
+                &url,
+                body,
+                ACME_KEY,
+                ACME_SECRET,
+                now + Duration::from_secs(1200),
+            ),
+            body,
+            403,
+            "InvalidSignatureException",
+        ),
+        (
+            "an unsigned x-amz-content-sha256 that is not the body's",
+            [
+                sign("POST", &url, body, ACME_KEY, ACME_SECRET, now),
+                vec![("x-amz-content-sha256".into(), "UNSIGNED-PAYLOAD".into())],
+            ]
+            .concat(),
+            body,
+            403,
+            "InvalidSignatureException",
+        ),
+        (
+            "a signed header changed after signing",
+            sign("POST", &url, body, ACME_KEY, ACME_SECRET, now)
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = if k == "content-type" {
+                        "application/json; charset=utf-8".into()
+                    } else {
+                        v
+                    };
+                    (k, v)
+                })
+                .collect(),
+            body,
+            403,
+            "InvalidSignatureException",
+        ),
+        (
             "no credential",
             vec![],
             body,
@@ -136,6 +178,20 @@ async fn sigv4_tenants_are_verified_before_anything_is_forwarded() {
         assert_eq!(error_type(resp.headers()), code, "{what}");
     }
     assert_eq!(c.bodies().len(), 1, "only the valid request was forwarded");
+    // Over HTTP/2 there is no Host header: the :authority is what was signed.
+    let h2 = reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let mut req = h2.post(&url).body(&body[..]);
+    for (k, v) in sign("POST", &url, body, ACME_KEY, ACME_SECRET, now) {
+        req = req.header(k, v);
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    assert_eq!(c.bodies().len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
