@@ -77,7 +77,7 @@ async fn run(
     })
     .await;
     let response = match result {
-        Ok((resp, outcome)) => {
+        Ok((mut resp, outcome)) => {
             tracing::info!(
                 request_id, tenant = %tenant, endpoint, api = api_label(api), instance = %outcome.instance.id,
                 // As in kvgate_routing_decisions_total: a later attempt is a failover.
@@ -87,7 +87,6 @@ async fn run(
                 headers_ms = started.elapsed().as_secs_f64() * 1e3,
                 "routed"
             );
-            let mut resp = resp;
             if api == Api::Native {
                 crate::sagemaker::invoked_variant(&mut resp, &outcome.instance.id);
             }

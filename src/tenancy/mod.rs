@@ -1,8 +1,9 @@
 //! Tenants: who is calling, what they may use, and how they are kept apart.
 //!
-//! Authentication ([`jwt`], [`api_key`], SigV4 in [`crate::sagemaker::sigv4`]) produces a [`Tenant`]; its id salts
-//! every routing key (so tenants never share placement) and, with
-//! `isolation.upstream_cache_salt`, the upstream's `cache_salt` ([`salt`]).
+//! Authentication ([`jwt`], [`api_key`], SigV4 in [`crate::sagemaker::sigv4`])
+//! produces a [`Tenant`]; its id salts every routing key (so tenants never
+//! share placement) and, with `isolation.upstream_cache_salt`, the upstream's
+//! `cache_salt` ([`salt`]).
 //! [`quota`] admits or refuses each request against the tenant's limits.
 //! Everything here is built from config into one [`Tenancy`] that lives in the
 //! [`crate::Runtime`], so a reload swaps keys, limits and salts together.
