@@ -1,6 +1,8 @@
 //! The one error type: every rejection and upstream failure becomes an
 //! [`ApiError`], mapped to a status in one exhaustive `match` and rendered in
-//! OpenAI's shape `{"error":{"message","type","param","code"}}`.
+//! OpenAI's shape `{"error":{"message","type","param","code"}}`. On the
+//! SageMaker routes the same error is re-rendered in SageMaker's shape by
+//! [`crate::sagemaker::error`], from the [`ApiError`] kept in the response.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -22,6 +24,15 @@ pub enum ErrorKind {
     RouteNotFound,
     MethodNotAllowed,
     Unauthorized,
+    /// A SigV4 `Authorization` header that cannot be parsed.
+    IncompleteSignature,
+    /// No credential where only SigV4 is accepted.
+    MissingAuthenticationToken,
+    /// A SigV4 signature that does not verify: wrong secret, stale date,
+    /// a header or the body changed after signing.
+    InvalidSignature,
+    /// A SigV4 access key id kvgate does not know.
+    UnrecognizedClient,
     Forbidden,
     RateLimited,
     /// Upstream refused, reset or answered garbage.
@@ -45,7 +56,11 @@ impl ErrorKind {
             }
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::IncompleteSignature => StatusCode::BAD_REQUEST,
+            Self::MissingAuthenticationToken
+            | Self::InvalidSignature
+            | Self::UnrecognizedClient
+            | Self::Forbidden => StatusCode::FORBIDDEN,
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Self::BadGateway => StatusCode::BAD_GATEWAY,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -66,7 +81,11 @@ impl ErrorKind {
             | Self::EndpointNotFound
             | Self::RouteNotFound
             | Self::MethodNotAllowed => "invalid_request_error",
-            Self::Unauthorized => "authentication_error",
+            Self::Unauthorized
+            | Self::IncompleteSignature
+            | Self::MissingAuthenticationToken
+            | Self::InvalidSignature
+            | Self::UnrecognizedClient => "authentication_error",
             Self::Forbidden => "permission_error",
             Self::RateLimited => "rate_limit_error",
             Self::BadGateway | Self::Unavailable | Self::GatewayTimeout | Self::Internal => {
@@ -88,6 +107,10 @@ impl ErrorKind {
             Self::RouteNotFound => "route_not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::Unauthorized => "invalid_api_key",
+            Self::IncompleteSignature => "incomplete_signature",
+            Self::MissingAuthenticationToken => "missing_authentication_token",
+            Self::InvalidSignature => "invalid_signature",
+            Self::UnrecognizedClient => "unrecognized_client",
             Self::Forbidden => "forbidden",
             Self::RateLimited => "rate_limit_exceeded",
             Self::BadGateway => "upstream_error",
@@ -171,6 +194,9 @@ impl IntoResponse for ApiError {
             br#"{"error":{"message":"internal error","type":"server_error","param":null,"code":"internal_error"}}"#.to_vec()
         });
         let mut resp = (self.kind.status(), json).into_response();
+        // Kept beside the rendered body so that the wire layer of a route
+        // (`crate::sagemaker::error`) can render the same error in its own shape.
+        resp.extensions_mut().insert(self.clone());
         let h = resp.headers_mut();
         h.insert(
             header::CONTENT_TYPE,
@@ -191,6 +217,14 @@ impl IntoResponse for ApiError {
         }
         resp
     }
+}
+
+/// An upstream's error answer (status and message), put into the relayed
+/// response's extensions so that a route's wire can show it in its shape.
+#[derive(Debug, Clone)]
+pub struct UpstreamFailure {
+    pub status: StatusCode,
+    pub message: String,
 }
 
 /// A configuration error: which field, and why. Lives here, beside the API's

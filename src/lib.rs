@@ -24,6 +24,7 @@ pub mod kv_prompt;
 pub mod middleware;
 pub mod route_input;
 pub mod routing;
+pub mod sagemaker;
 mod server;
 pub mod simulate;
 pub mod state;

@@ -70,6 +70,16 @@ enum Command {
         #[arg(long, default_value = "anonymous")]
         tenant: String,
     },
+    /// Print kvgate's `endpoints:` for a SageMaker endpoint config (the JSON of
+    /// `aws sagemaker describe-endpoint-config`): one endpoint per production
+    /// variant, its RoutingConfig as the routing.
+    ImportSagemaker {
+        /// The endpoint-config JSON file.
+        file: PathBuf,
+        /// An instance URL for every variant (repeatable); placeholders otherwise.
+        #[arg(long = "instance")]
+        instances: Vec<String>,
+    },
     /// Replay a Mooncake trace through the routing policies onto a simulated
     /// fleet, offline in virtual time; sweep prefix_aware's prefix_length ×
     /// concurrency_threshold and longest_prefix's block_chars × assumed cache size,
@@ -107,6 +117,21 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::ImportSagemaker { file, instances } => {
+            let imported = std::fs::read_to_string(&file)
+                .map_err(|e| format!("{}: {e}", file.display()))
+                .and_then(|json| kvgate::sagemaker::import::import(&json, &instances));
+            match imported {
+                Ok(yaml) => {
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("kvgate import-sagemaker: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Check { config } => match Config::load(&config) {
             Ok(c) => {
                 println!("{}: ok ({} endpoints)", config.display(), c.endpoints.len());

@@ -1,6 +1,7 @@
 //! What crosses the gateway: streams byte for byte and chunk by chunk,
 //! cancellation when the client leaves, headers, `/v1/models`, and every kind
-//! of bad input answered with a 4xx in OpenAI's shape and nothing forwarded.
+//! of bad input answered with a 4xx in the route's shape (OpenAI's, or SageMaker's on
+//! `/endpoints/*`) and nothing forwarded.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -9,6 +10,10 @@
 )]
 
 mod common;
+#[path = "http/sagemaker.rs"]
+mod sagemaker;
+#[path = "http/sigv4.rs"]
+mod sigv4;
 
 use std::time::Duration;
 
@@ -206,7 +211,7 @@ fn bad_inputs() -> Vec<BadInput> {
         ("body not an object", chat, None, b"[1,2]".to_vec(), 400, "invalid_request"),
         ("prompt missing", "/v1/completions", None, br#"{"model":"test-model"}"#.to_vec(), 400, "invalid_request"),
         ("unknown model", chat, None, format!(r#"{{"model":"nope",{ok_msgs}}}"#).into_bytes(), 404, "model_not_found"),
-        ("unknown endpoint", "/endpoints/nope/invocations", None, br#"{"inputs":"x"}"#.to_vec(), 404, "endpoint_not_found"),
+        ("unknown endpoint", "/endpoints/nope/invocations", None, br#"{"inputs":"x"}"#.to_vec(), 400, "ValidationError"),
         ("unknown route", "/v1/nothing-here", None, b"{}".to_vec(), 404, "route_not_found"),
         ("oversized body", chat, None, format!(r#"{{"model":"test-model","messages":[{{"role":"user","content":"{}"}}]}}"#, "a".repeat(70_000)).into_bytes(), 413, "payload_too_large"),
         ("wrong content type", chat, Some(("content-type", "text/plain")), format!(r#"{{"model":"test-model",{ok_msgs}}}"#).into_bytes(), 415, "unsupported_media_type"),
@@ -218,7 +223,7 @@ fn bad_inputs() -> Vec<BadInput> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_is_a_4xx_in_openai_shape_and_never_forwarded() {
+async fn bad_input_is_a_4xx_in_the_routes_shape_and_never_forwarded() {
     let up = Upstream::start("u0", Mode::Json).await;
     let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
     for (what, path, header, body, status, code) in bad_inputs() {
@@ -227,8 +232,26 @@ async fn bad_input_is_a_4xx_in_openai_shape_and_never_forwarded() {
             req = req.header(k, v);
         }
         let resp = req.send().await.unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!(resp.status().as_u16(), status, "{what}");
         assert_eq!(resp.headers()["content-type"], "application/json", "{what}");
+        if path.starts_with("/endpoints/") {
+            // SageMaker's routes answer in SageMaker's shape: all bad input
+            // is a ValidationError (tests/http/sagemaker.rs has the rest).
+            assert_eq!(resp.status().as_u16(), 400, "{what}");
+            assert_eq!(
+                resp.headers()["x-amzn-errortype"],
+                "ValidationError",
+                "{what}"
+            );
+            let v: serde_json::Value =
+                serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+            assert!(
+                v["message"].as_str().is_some_and(|m| !m.is_empty()),
+                "{what}: {v}"
+            );
+            assert_eq!(up.hits(), 0, "{what} was forwarded upstream");
+            continue;
+        }
+        assert_eq!(resp.status().as_u16(), status, "{what}");
         let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
         assert_eq!(v["error"]["code"], code, "{what}: {v}");
         assert!(
@@ -331,9 +354,10 @@ async fn two_prefix_aware_id_headers_are_a_400_not_first_one_wins() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 400);
+    assert_eq!(resp.headers()["x-amzn-errortype"], "ValidationError");
     let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
-    assert_eq!(
-        v["error"]["param"], "x-amzn-sagemaker-prefix-aware-id",
+    assert!(
+        v["message"].as_str().unwrap().contains("Prefix-Aware-Id"),
         "{v}"
     );
     assert_eq!(up.hits(), 0);

@@ -553,3 +553,58 @@ async fn a_reload_that_drops_health_checks_brings_probed_out_instances_back() {
         "stays out for good with no probe to bring it back"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_sagemaker_prints_an_endpoint_that_check_accepts() {
+    let bin = env!("CARGO_BIN_EXE_kvgate");
+    let json = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/sagemaker/endpoint-config.json"
+    );
+    let out = tokio::process::Command::new(bin)
+        .args([
+            "import-sagemaker",
+            json,
+            "--instance",
+            "http://10.0.0.11:8000",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        yaml.contains("PREFIX_AWARE") && yaml.contains("prefix_length: 4096"),
+        "{yaml}"
+    );
+    let dir = std::env::temp_dir().join(format!("kvgate-import-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("imported.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    let check = tokio::process::Command::new(bin)
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    // A file that is not an endpoint config is refused, saying why.
+    let out = tokio::process::Command::new(bin)
+        .args([
+            "import-sagemaker",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"),
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a SageMaker endpoint config"));
+}

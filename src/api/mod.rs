@@ -57,8 +57,11 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
             "post",
             "/endpoints/{endpoint}/invocations-response-stream",
             Inference,
-            post(proxy::handle),
+            post(proxy::handle_stream),
         ),
+        // SageMaker's container contract, so kvgate can itself be the inference
+        // container: `/invocations` goes to the first configured endpoint.
+        ("post", "/invocations", Inference, post(proxy::handle)),
         ("get", "/v1/models", Authenticated, get(admin::models)),
         (
             "post",
@@ -75,6 +78,7 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
         ),
         ("get", "/health", Open, get(admin::health)),
         ("get", "/ready", Open, get(admin::ready)),
+        ("get", "/ping", Open, get(admin::ready)),
         ("get", "/metrics", Open, get(admin::metrics)),
     ]
 }
@@ -134,6 +138,9 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .layer(TraceLayer::new_for_http())
                 // Echo the id on every response, errors included.
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+                // SageMaker routes answer errors in SageMaker's shape: every
+                // error below, whichever layer raised it, passes through here.
+                .layer(from_fn(crate::sagemaker::error::wire))
                 // Framing that could smuggle a request: refused first.
                 .layer(from_fn(crate::middleware::framing::check)),
         )

@@ -23,11 +23,40 @@ fn upstream_path(api: Api) -> &'static str {
     }
 }
 
+/// How the answer goes back to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// OpenAI routes and SageMaker's `invocations`: the upstream's answer as is.
+    Plain,
+    /// SageMaker's `invocations-response-stream`: re-framed as an event stream.
+    EventStream,
+}
+
 pub async fn handle(
+    input: Extension<RouteInput>,
+    runtime: Extension<Arc<Runtime>>,
+    tenant: Option<Extension<crate::tenancy::Tenant>>,
+    headers: HeaderMap,
+) -> Response {
+    run(input, runtime, tenant, headers, Wire::Plain).await
+}
+
+/// `POST /endpoints/{name}/invocations-response-stream`.
+pub async fn handle_stream(
+    input: Extension<RouteInput>,
+    runtime: Extension<Arc<Runtime>>,
+    tenant: Option<Extension<crate::tenancy::Tenant>>,
+    headers: HeaderMap,
+) -> Response {
+    run(input, runtime, tenant, headers, Wire::EventStream).await
+}
+
+async fn run(
     Extension(input): Extension<RouteInput>,
     Extension(runtime): Extension<Arc<Runtime>>,
     tenant: Option<Extension<crate::tenancy::Tenant>>,
     headers: HeaderMap,
+    wire: Wire,
 ) -> Response {
     let started = Instant::now();
     let tenant = tenant.map_or_else(|| "anonymous".into(), |t| t.0.id.clone());
@@ -44,11 +73,12 @@ pub async fn handle(
         path: upstream_path(api),
         headers: &headers,
         input,
+        keepalive: wire == Wire::Plain,
     })
     .await;
     // Counted in kvgate_requests_total by the count layer, refusals alike.
     match result {
-        Ok((resp, outcome)) => {
+        Ok((mut resp, outcome)) => {
             tracing::info!(
                 request_id, tenant = %tenant, endpoint, api = api_label(api), instance = %outcome.instance.id,
                 // As in kvgate_routing_decisions_total: a later attempt is a failover.
@@ -59,6 +89,12 @@ pub async fn handle(
                 "routed"
             );
             // The duration of a forwarded request is recorded when its body ends.
+            if api == Api::Native {
+                crate::sagemaker::invoked_variant(&mut resp, &outcome.instance.id);
+            }
+            if wire == Wire::EventStream && resp.status().is_success() {
+                resp = crate::sagemaker::eventstream::into_event_stream(resp);
+            }
             resp
         }
         Err(e) => {

@@ -153,10 +153,11 @@ impl RoutingConfig {
 /// The placeholder secrets `config.example.yaml` ships with: a config that
 /// still has one would let anyone who read the example forge tokens or
 /// recompute tenants' cache salts.
-pub const EXAMPLE_SECRETS: [&str; 3] = [
+pub const EXAMPLE_SECRETS: [&str; 4] = [
     "change-me-to-32-random-bytes-or-more",
     "change-me-too-32-random-bytes-or-more",
     "change-me-admin-token-32-random-bytes",
+    "change-me-aws-secret-access-key-40-chars",
 ];
 
 /// The example's placeholder secrets that appear in a config's text.

@@ -22,7 +22,7 @@ pub(super) fn api_of(route: &str) -> Option<Api> {
     match route {
         "/v1/chat/completions" => Some(Api::Chat),
         "/v1/completions" => Some(Api::Completions),
-        r if r.starts_with("/endpoints/") => Some(Api::Native),
+        r if r.starts_with("/endpoints/") || r == "/invocations" => Some(Api::Native),
         _ => None,
     }
 }
@@ -64,10 +64,17 @@ async fn prepare(
         .get::<Tenant>()
         .cloned()
         .unwrap_or_else(Tenant::anonymous);
+    // The container contract's `/invocations` names no endpoint: the first one.
+    let container_endpoint = runtime.endpoints.first().map(|e| e.name());
+    let endpoint = match params.get("endpoint") {
+        Some(name) => Some(name.as_str()),
+        None if route == "/invocations" => container_endpoint,
+        None => None,
+    };
     let analysis = analyse(
         &runtime,
         api,
-        params.get("endpoint").map(String::as_str),
+        endpoint,
         &parts.headers,
         bytes.clone(),
         &tenant.id,

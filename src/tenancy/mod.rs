@@ -1,14 +1,16 @@
 //! Tenants: who is calling, what they may use, and how they are kept apart.
 //!
-//! Authentication ([`jwt`], [`api_key`]) produces a [`Tenant`]; its id salts
-//! every routing key (so tenants never share placement) and, with
-//! `isolation.upstream_cache_salt`, the upstream's `cache_salt` ([`salt`]).
+//! Authentication ([`jwt`], [`api_key`], SigV4 in [`crate::sagemaker::sigv4`])
+//! produces a [`Tenant`]; its id salts every routing key (so tenants never
+//! share placement) and, with `isolation.upstream_cache_salt`, the upstream's
+//! `cache_salt` ([`salt`]).
 //! [`quota`] admits or refuses each request against the tenant's limits.
 //! Everything here is built from config into one [`Tenancy`] that lives in the
 //! [`crate::Runtime`], so a reload swaps keys, limits and salts together.
 
 pub mod admin;
 pub mod api_key;
+mod auth_mode;
 mod bucket;
 pub mod jwks_url;
 pub mod jwt;
@@ -77,6 +79,12 @@ impl Tenancy {
     /// Who is calling, from `Authorization: Bearer …`; 401 if it doesn't say.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Tenant, ApiError> {
         if matches!(self.config.auth, AuthConfig::None) {
+            if self.config.sigv4.is_some() {
+                return Err(ApiError::new(
+                    ErrorKind::MissingAuthenticationToken,
+                    "Missing Authentication Token: sign the request with AWS SigV4",
+                ));
+            }
             return Ok(Tenant::anonymous());
         }
         let token = bearer(headers)?;
@@ -88,6 +96,18 @@ impl Tenancy {
             AuthConfig::Jwt(jwt) => jwt.verify(token).map_err(|m| invalid_credentials(&m))?,
         };
         Ok(Tenant { id })
+    }
+
+    /// The SigV4 verifier, when this request is SigV4-signed and SigV4 is on.
+    /// Such a caller is only a tenant once its body is read and verified.
+    pub fn sigv4_for(
+        &self,
+        headers: &HeaderMap,
+    ) -> Option<&Arc<crate::sagemaker::sigv4::Sigv4Verifier>> {
+        self.config
+            .sigv4
+            .as_ref()
+            .filter(|_| crate::sagemaker::sigv4::is_signed(headers))
     }
 
     /// Whether `tenant` may use `model` (its override's `models` list, if any).

@@ -4,10 +4,12 @@
 //!
 //! ```yaml
 //! auth:
-//!   mode: jwt                  # none (default) | api_key | jwt
+//!   mode: jwt                  # none (default) | api_key | jwt | sigv4, or a list: [jwt, sigv4]
 //!   jwt: { algorithms: [RS256], jwks_file: /etc/kvgate/jwks.json,
 //!          issuer: https://auth.example.com, audience: kvgate, tenant_claim: tenant }
 //!   api_keys: [{ tenant: acme, sha256: <64 hex digits> }]
+//!   sigv4: { region: us-east-1, max_unverified_uploads: 64,
+//!            credentials: [{ tenant: acme, access_key_id: AKIA…, secret_access_key: … }] }
 //! tenants:
 //!   default:   { max_concurrency: 64, requests_per_minute: 600, tokens_per_minute: 200000 }
 //!   overrides: { acme: { max_concurrency: 2, models: [meta-llama/Llama-3.1-8B-Instruct] } }
@@ -25,6 +27,7 @@ use super::api_key::ApiKeys;
 use super::is_valid_tenant_id;
 use super::jwt::JwtVerifier;
 use crate::error::ConfigError;
+use crate::sagemaker::sigv4::Sigv4Verifier;
 
 /// A configured secret, kept out of `Debug` output and so out of logs.
 ///
@@ -97,10 +100,39 @@ impl std::fmt::Debug for Secret {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAuth {
-    pub mode: Option<String>,
+    pub mode: Option<RawModes>,
     pub jwt: Option<RawJwt>,
     #[serde(default)]
     pub api_keys: Vec<RawApiKey>,
+    pub sigv4: Option<RawSigv4>,
+}
+
+/// `mode: jwt` or `mode: [jwt, sigv4]`: a request may use any listed mode.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawModes {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `auth.sigv4`: AWS SigV4-signed callers (boto3's `sagemaker-runtime`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSigv4 {
+    pub region: Option<String>,
+    #[serde(default)]
+    pub credentials: Vec<RawSigv4Credential>,
+    /// Signed uploads whose body is still being read (and so not yet
+    /// verified), all tenants together; default 64.
+    pub max_unverified_uploads: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSigv4Credential {
+    pub tenant: String,
+    pub access_key_id: String,
+    pub secret_access_key: Secret,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -159,7 +191,10 @@ pub struct RawIsolation {
 /// Validated tenancy settings.
 #[derive(Debug, Clone)]
 pub struct TenancyConfig {
+    /// The bearer scheme (`Authorization: Bearer …`), if one is on.
     pub auth: AuthConfig,
+    /// SigV4-signed requests, if on (alone or beside a bearer scheme).
+    pub sigv4: Option<Arc<Sigv4Verifier>>,
     pub tenants: TenantsConfig,
     /// Key of the upstream cache salt; `Some` means salting is on.
     pub salt_secret: Option<Secret>,
@@ -169,6 +204,7 @@ impl Default for TenancyConfig {
     fn default() -> Self {
         Self {
             auth: AuthConfig::None,
+            sigv4: None,
             tenants: TenantsConfig::default(),
             salt_secret: None,
         }
@@ -212,34 +248,8 @@ pub(crate) fn validate(
     isolation: RawIsolation,
     served: &HashSet<&str>,
 ) -> Result<TenancyConfig, ConfigError> {
-    let mode = auth.mode.as_deref().unwrap_or("none");
-    let auth = match mode {
-        "none" => {
-            if auth.jwt.is_some() || !auth.api_keys.is_empty() {
-                return Err(ConfigError::new(
-                    "auth.mode",
-                    "is none, but keys are configured: set mode to jwt or api_key, or remove them",
-                ));
-            }
-            AuthConfig::None
-        }
-        "api_key" => AuthConfig::ApiKeys(Arc::new(ApiKeys::from_raw(
-            &auth.api_keys,
-            "auth.api_keys",
-        )?)),
-        "jwt" => {
-            let raw = auth
-                .jwt
-                .ok_or_else(|| ConfigError::new("auth.jwt", "required when mode is jwt"))?;
-            AuthConfig::Jwt(Arc::new(JwtVerifier::from_raw(&raw, "auth.jwt")?))
-        }
-        other => {
-            return Err(ConfigError::new(
-                "auth.mode",
-                format!("{other:?} is not one of none, api_key, jwt"),
-            ));
-        }
-    };
+    let (bearer_auth, sigv4) = super::auth_mode::validate(auth)?;
+    let auth = bearer_auth;
     let default_raw = tenants.default.unwrap_or_default();
     let default = limits("tenants.default", &default_raw, served)?;
     let mut overrides = HashMap::with_capacity(tenants.overrides.len());
@@ -262,7 +272,7 @@ pub(crate) fn validate(
     }
     let salt_on = isolation
         .upstream_cache_salt
-        .unwrap_or(!matches!(auth, AuthConfig::None));
+        .unwrap_or(!matches!(auth, AuthConfig::None) || sigv4.is_some());
     let salt_secret = match (salt_on, isolation.salt_secret) {
         (false, _) => None,
         (true, None) => {
@@ -281,6 +291,7 @@ pub(crate) fn validate(
     };
     Ok(TenancyConfig {
         auth,
+        sigv4,
         tenants: TenantsConfig { default, overrides },
         salt_secret,
     })

@@ -31,6 +31,9 @@ pub struct Forward<'a> {
     /// Path on the instance, e.g. `/v1/chat/completions` or `/invocations`.
     pub path: &'static str,
     pub headers: &'a HeaderMap,
+    /// SSE keep-alive comments may be added to the answer (not when the
+    /// answer is re-framed, as on SageMaker's event stream).
+    pub keepalive: bool,
 }
 
 /// Where the request went and why, for logs.
@@ -203,13 +206,31 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
         }
         let admission = f.input.admission.clone();
         let timing = (started, crate::route_input::api_label(f.input.api));
-        let resp = client_response(response, guard, server, f.input.stream, admission, timing);
+        let keepalive = server.sse_keepalive.filter(|_| f.keepalive);
+        let resp = client_response(
+            response,
+            guard,
+            (keepalive, server.timeouts.idle),
+            f.input.stream,
+            admission,
+            timing,
+        );
         let outcome = Outcome {
             instance: Arc::clone(instance),
             reason,
             attempts: attempt + 1,
         };
         return Ok((resp, outcome));
+    }
+    // Every candidate was already ejected or cooling down before this
+    // request tried it as a last resort: no healthy instance, worth a retry.
+    let none_healthy = !plan
+        .order
+        .iter()
+        .any(|&i| loads.get(i).is_some_and(|l| l.available));
+    if none_healthy && last_kind == ErrorKind::BadGateway {
+        last_kind = ErrorKind::Unavailable;
+        last_error = format!("no healthy instance (last attempt: {last_error})");
     }
     Err(ApiError::new(
         last_kind,
@@ -224,7 +245,7 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
 fn client_response(
     upstream: reqwest::Response,
     guard: super::InflightGuard,
-    server: &crate::config::ServerConfig,
+    (keepalive, idle): (Option<std::time::Duration>, std::time::Duration),
     stream_requested: bool,
     admission: Option<Arc<crate::tenancy::Admission>>,
     (started, api): (Instant, &'static str),
@@ -258,14 +279,8 @@ fn client_response(
             );
         }
     });
-    let keepalive = server.sse_keepalive.filter(|_| is_sse).map(KeepAlive::new);
-    let body = UpstreamBody::new(
-        upstream.bytes_stream(),
-        guard,
-        server.timeouts.idle,
-        keepalive,
-        on_done,
-    );
+    let keepalive = keepalive.filter(|_| is_sse).map(KeepAlive::new);
+    let body = UpstreamBody::new(upstream.bytes_stream(), guard, idle, keepalive, on_done);
     let mut resp = Response::new(Body::from_stream(body));
     *resp.status_mut() = status;
     *resp.headers_mut() = hdrs;

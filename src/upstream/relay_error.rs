@@ -82,6 +82,15 @@ pub async fn relay(upstream: reqwest::Response, idle: Duration) -> Response {
     let mut hdrs = headers::client_response(upstream.headers());
     let body = read_bounded(upstream, idle).await;
     let parsed = serde_json::from_slice::<Value>(&body).ok();
+    let failure = crate::error::UpstreamFailure {
+        status,
+        message: parsed
+            .as_ref()
+            .and_then(|v| v.get("error"))
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+            .map_or_else(|| message_of(&body, status), str::to_owned),
+    };
     let out = if parsed.as_ref().is_some_and(is_openai_shaped) {
         body
     } else {
@@ -105,6 +114,7 @@ pub async fn relay(upstream: reqwest::Response, idle: Duration) -> Response {
         HeaderValue::from_static("application/json"),
     );
     let mut resp = Response::new(Body::from(out));
+    resp.extensions_mut().insert(failure);
     *resp.status_mut() = status;
     *resp.headers_mut() = hdrs;
     resp

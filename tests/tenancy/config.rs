@@ -16,12 +16,60 @@ fn jwt(lines: &str) -> String {
     format!("auth:\n  mode: jwt\n  jwt:\n{lines}isolation:\n  salt_secret: \"{SALT_SECRET}\"\n")
 }
 
+fn sigv4(lines: &str) -> String {
+    format!(
+        "auth:\n  mode: [jwt, sigv4]\n  jwt: {{ algorithms: [HS256], secret: \"{HS_SECRET}\", issuer: \"{ISSUER}\", audience: \"{AUDIENCE}\" }}\n  sigv4:\n    {lines}\nisolation:\n  salt_secret: \"{SALT_SECRET}\"\n"
+    )
+}
+
 #[test]
 fn mistakes_name_their_field() {
     let hs = format!("    algorithms: [HS256]\n    secret: \"{HS_SECRET}\"\n");
     let iss_aud = format!("    issuer: \"{ISSUER}\"\n    audience: \"{AUDIENCE}\"\n");
     let cases = [
         ("auth:\n  mode: oauth\n".to_owned(), "auth.mode"),
+        ("auth:\n  mode: [jwt, jwt]\n".to_owned(), "auth.mode"),
+        ("auth:\n  mode: [api_key, jwt]\n".to_owned(), "auth.mode"),
+        ("auth:\n  mode: [none, sigv4]\n".to_owned(), "auth.mode"),
+        ("auth:\n  mode: []\n".to_owned(), "auth.mode"),
+        ("auth:\n  mode: sigv4\n".to_owned(), "auth.sigv4"),
+        (
+            sigv4(
+                "credentials: [{ tenant: a, access_key_id: AKIA1, secret_access_key: \"0123456789abcdef\" }]",
+            ),
+            "auth.sigv4.region",
+        ),
+        (sigv4("region: us-east-1"), "auth.sigv4.credentials"),
+        (
+            sigv4(
+                "region: us-east-1\n    credentials: [{ tenant: a, access_key_id: AKIA1, secret_access_key: short }]",
+            ),
+            "auth.sigv4.credentials[0].secret_access_key",
+        ),
+        (
+            sigv4(
+                "region: us-east-1\n    credentials: [{ tenant: \"a b\", access_key_id: AKIA1, secret_access_key: \"0123456789abcdef\" }]",
+            ),
+            "auth.sigv4.credentials[0].tenant",
+        ),
+        (
+            sigv4(
+                "region: us-east-1\n    credentials: [{ tenant: a, access_key_id: \"AKIA/1\", secret_access_key: \"0123456789abcdef\" }]",
+            ),
+            "auth.sigv4.credentials[0].access_key_id",
+        ),
+        (
+            sigv4(
+                "region: us-east-1\n    credentials: [{ tenant: a, access_key_id: AKIA1, secret_access_key: \"0123456789abcdef\" }, { tenant: b, access_key_id: AKIA1, secret_access_key: \"0123456789abcdef\" }]",
+            ),
+            "auth.sigv4.credentials[1].access_key_id",
+        ),
+        (
+            sigv4(
+                "region: us-east-1\n    max_unverified_uploads: 0\n    credentials: [{ tenant: a, access_key_id: AKIA1, secret_access_key: \"0123456789abcdef\" }]",
+            ),
+            "auth.sigv4.max_unverified_uploads",
+        ),
         ("auth:\n  mode: jwt\n".to_owned(), "auth.jwt"),
         (
             "auth:\n  api_keys: [{ tenant: a, sha256: \"00\" }]\n".to_owned(),
