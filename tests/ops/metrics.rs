@@ -82,9 +82,10 @@ async fn refusals_and_requests_whose_client_left_are_counted() {
         status(native(None, "application/json").send().await.unwrap()),
         401
     );
+    // SageMaker's wire: a wrong content type is a ValidationError (400), still a 4xx.
     assert_eq!(
         status(native(Some(key), "text/plain").send().await.unwrap()),
-        415
+        400
     );
     assert_eq!(
         status(native(Some(key), "application/json").send().await.unwrap()),
