@@ -15,6 +15,7 @@
 
 pub mod api;
 pub mod config;
+pub mod conn;
 pub mod demo;
 pub mod error;
 pub mod explain;

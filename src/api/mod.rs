@@ -113,8 +113,13 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .layer(TraceLayer::new_for_http())
                 // Echo the id on every response, errors included.
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+                // What the connection guard refused before hyper saw it
+                // (conn/): answered here, after the request id and the trace.
+                .layer(from_fn(crate::conn::render::answer_refused))
                 // Framing that could smuggle a request: refused first.
-                .layer(from_fn(crate::middleware::framing::check)),
+                .layer(from_fn(crate::middleware::framing::check))
+                // A path the route extractors cannot decode: 400, not axum's text.
+                .layer(from_fn(crate::middleware::path::check)),
         )
 }
 

@@ -14,6 +14,8 @@ use crate::routing::Strategy;
 pub use crate::error::ConfigError;
 
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
+/// Open client connections before the accept loop waits for one to close.
+pub const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
 pub const DEFAULT_PREFIX_LENGTH: u64 = 4096;
 pub const DEFAULT_CONCURRENCY_THRESHOLD: u64 = 10;
 pub const DEFAULT_VIRTUAL_NODES: u64 = 160;
@@ -110,6 +112,7 @@ fn server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
             idle: ms("server.timeouts.idle_ms", t.idle_ms, 120_000)?,
             header_read: ms("server.timeouts.header_read_ms", t.header_read_ms, 10_000)?,
             body_read: ms("server.timeouts.body_read_ms", t.body_read_ms, 30_000)?,
+            client_idle: ms("server.timeouts.client_idle_ms", t.client_idle_ms, 75_000)?,
         },
         failover_cooldown: ms(
             "server.failover_cooldown_ms",
@@ -120,6 +123,15 @@ fn server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
         sse_keepalive: match raw.sse_keepalive_ms {
             Some(0) => None,
             v => Some(ms("server.sse_keepalive_ms", v, 15_000)?),
+        },
+        max_connections: {
+            let n = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+            in_range("server.max_connections", n, 1, 1_000_000)?;
+            usize::try_from(n).unwrap_or(usize::MAX)
+        },
+        http2_keepalive: match raw.http2_keepalive_ms {
+            Some(0) => None,
+            v => Some(ms("server.http2_keepalive_ms", v, 20_000)?),
         },
     })
 }

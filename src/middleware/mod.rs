@@ -6,3 +6,4 @@ pub mod auth;
 pub mod body_limit;
 pub mod canonicalise;
 pub mod framing;
+pub mod path;
