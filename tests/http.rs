@@ -9,6 +9,10 @@
 )]
 
 mod common;
+#[path = "http/framing.rs"]
+mod framing;
+#[path = "http/h2.rs"]
+mod h2;
 
 use std::time::Duration;
 
