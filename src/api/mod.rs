@@ -14,7 +14,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::TraceLayer;
 
 use crate::error::{ApiError, ErrorKind};
-use crate::middleware::{admit, auth, canonicalise};
+use crate::middleware::{admit, auth, canonicalise, claim};
 use crate::state::AppState;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -89,7 +89,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(from_fn_with_state(
             Arc::clone(&state),
             canonicalise::canonicalise,
-        ));
+        ))
+        // The tenant's concurrency slot, from the headers: before the body is read.
+        .route_layer(from_fn_with_state(Arc::clone(&state), claim::claim));
 
     // Everything here is authenticated; the open allow-list is merged below.
     let authenticated = group(Access::Authenticated)

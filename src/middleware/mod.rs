@@ -5,5 +5,6 @@ pub mod admit;
 pub mod auth;
 pub mod body_limit;
 pub mod canonicalise;
+pub mod claim;
 pub mod framing;
 pub mod path;
