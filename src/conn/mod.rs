@@ -64,7 +64,10 @@ impl Limits {
 }
 
 /// hyper's connection builder, HTTP/1 and HTTP/2 by sniffing.
-pub fn builder(server: &ServerConfig) -> Builder<TokioExecutor> {
+pub type ConnBuilder = Builder<TokioExecutor>;
+
+/// The builder every connection is served with, from config.
+pub fn builder(server: &ServerConfig) -> ConnBuilder {
     let mut b = Builder::new(TokioExecutor::new());
     // The guard times request heads (answering 408); hyper's own header
     // timer would close silently and also counts keep-alive idleness, which
@@ -228,7 +231,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(LINGER_TIME.as_secs() + 1);
 /// and its in-flight requests are done.
 pub async fn serve<IO>(
     io: IO,
-    builder: Arc<Builder<TokioExecutor>>,
+    builder: Arc<ConnBuilder>,
     app: Router,
     mut stop: watch::Receiver<bool>,
     limits: Limits,
