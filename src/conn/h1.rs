@@ -179,7 +179,7 @@ impl Framing {
                         Err(r) => {
                             return Scan {
                                 pass: at,
-                                refuse: Some(r),
+                                refuse: Some(*r),
                             };
                         }
                     }
@@ -208,7 +208,7 @@ impl Framing {
                     Err(r) => {
                         return Scan {
                             pass: at,
-                            refuse: Some(r),
+                            refuse: Some(*r),
                         };
                     }
                 },
@@ -241,23 +241,23 @@ fn too_long(partial: &[u8]) -> Option<Refusal> {
 
 /// Parse one head: its length and the body framing it declares, `None` if
 /// incomplete, or why it is refused.
-fn head(buf: &[u8]) -> Result<Option<(usize, State)>, Refusal> {
+fn head(buf: &[u8]) -> Result<Option<(usize, State)>, Box<Refusal>> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let len = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(httparse::Error::TooManyHeaders) => {
-            return Err(Refusal::head(
+            return Err(Box::new(Refusal::head(
                 ErrorKind::HeadersTooLarge,
                 format!("the request has more than {MAX_HEADERS} header fields"),
-            ));
+            )));
         }
         Err(e) => {
-            return Err(Refusal::head(
+            return Err(Box::new(Refusal::head(
                 ErrorKind::InvalidRequest,
                 format!("malformed request head: {e}"),
-            ));
+            )));
         }
     };
     let refuse = |kind, message: &str, param: Option<&str>| {
@@ -265,12 +265,12 @@ fn head(buf: &[u8]) -> Result<Option<(usize, State)>, Refusal> {
         if let Some(p) = param {
             error = error.with_param(p);
         }
-        Refusal {
+        Box::new(Refusal {
             error,
             method: req.method.map(str::to_owned),
             path: req.path.map(str::to_owned),
             in_body: false,
-        }
+        })
     };
     if len > MAX_HEAD_BYTES {
         return Err(refuse(
@@ -285,6 +285,24 @@ fn head(buf: &[u8]) -> Result<Option<(usize, State)>, Refusal> {
             &format!("the request target is over {MAX_TARGET_BYTES} bytes"),
             None,
         ));
+    }
+    // What hyper would refuse next, with its canned empty 400: a target or
+    // method the `http` types do not take.
+    if req
+        .path
+        .is_some_and(|p| axum::http::Uri::try_from(p).is_err())
+    {
+        return Err(refuse(
+            ErrorKind::InvalidRequest,
+            "the request target is not a valid URI",
+            Some("path"),
+        ));
+    }
+    if req
+        .method
+        .is_some_and(|m| axum::http::Method::from_bytes(m.as_bytes()).is_err())
+    {
+        return Err(refuse(ErrorKind::InvalidRequest, "invalid method", None));
     }
     let named = |name: &'static str| -> Vec<&[u8]> {
         req.headers
@@ -312,6 +330,13 @@ fn head(buf: &[u8]) -> Result<Option<(usize, State)>, Refusal> {
             ));
         }
     };
+    if !codings.is_empty() && req.version == Some(0) {
+        return Err(refuse(
+            ErrorKind::InvalidRequest,
+            "HTTP/1.0 has no transfer-encoding: send content-length",
+            Some("transfer-encoding"),
+        ));
+    }
     let next = match (codings.as_slice(), length) {
         ([], None | Some(0)) => State::Head,
         ([], Some(n)) => State::Length(n),
@@ -345,7 +370,7 @@ fn content_length(v: &[u8]) -> Option<u64> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
-fn chunk_byte(c: Chunk, b: u8) -> Result<State, Refusal> {
+fn chunk_byte(c: Chunk, b: u8) -> Result<State, Box<Refusal>> {
     let next = match c {
         Chunk::Size {
             digits,
@@ -356,12 +381,12 @@ fn chunk_byte(c: Chunk, b: u8) -> Result<State, Refusal> {
             cr,
         } => {
             if line >= MAX_LINE_BYTES {
-                return Err(Refusal::body("chunk-size line too long"));
+                return Err(Box::new(Refusal::body("chunk-size line too long")));
             }
             let line = line + 1;
             if cr {
                 if b != b'\n' {
-                    return Err(Refusal::body("chunk-size line must end in CRLF"));
+                    return Err(Box::new(Refusal::body("chunk-size line must end in CRLF")));
                 }
                 return Ok(State::Chunked(if value == 0 {
                     Chunk::Trailer {
@@ -382,9 +407,9 @@ fn chunk_byte(c: Chunk, b: u8) -> Result<State, Refusal> {
                 cr: false,
             };
             match b {
-                b'\r' if digits == 0 => return Err(Refusal::body("missing chunk size")),
+                b'\r' if digits == 0 => return Err(Box::new(Refusal::body("missing chunk size"))),
                 b'\r' if space && !ext => {
-                    return Err(Refusal::body("a chunk size followed by spaces"));
+                    return Err(Box::new(Refusal::body("a chunk size followed by spaces")));
                 }
                 b'\r' => Chunk::Size {
                     digits,
@@ -394,10 +419,12 @@ fn chunk_byte(c: Chunk, b: u8) -> Result<State, Refusal> {
                     space,
                     cr: true,
                 },
-                b'\n' => return Err(Refusal::body("chunk-size line must end in CRLF")),
+                b'\n' => return Err(Box::new(Refusal::body("chunk-size line must end in CRLF"))),
                 _ if ext => {
                     if b.is_ascii_control() && b != b'\t' {
-                        return Err(Refusal::body("control character in a chunk extension"));
+                        return Err(Box::new(Refusal::body(
+                            "control character in a chunk extension",
+                        )));
                     }
                     c_with_line(c, line)
                 }
@@ -405,23 +432,23 @@ fn chunk_byte(c: Chunk, b: u8) -> Result<State, Refusal> {
                 b' ' | b'\t' if digits > 0 => size(digits, value, false, true),
                 _ if b.is_ascii_hexdigit() && !space => {
                     if digits >= 16 {
-                        return Err(Refusal::body("chunk size too large"));
+                        return Err(Box::new(Refusal::body("chunk size too large")));
                     }
                     let d = u64::from((b as char).to_digit(16).unwrap_or(0));
                     size(digits + 1, (value << 4) | d, false, false)
                 }
-                _ => return Err(Refusal::body("invalid chunk size")),
+                _ => return Err(Box::new(Refusal::body("invalid chunk size"))),
             }
         }
         Chunk::Data(n) => Chunk::Data(n),
         Chunk::DataCr if b == b'\r' => Chunk::DataLf,
         Chunk::DataLf if b == b'\n' => SIZE_LINE,
         Chunk::DataCr | Chunk::DataLf => {
-            return Err(Refusal::body("chunk data must end in CRLF"));
+            return Err(Box::new(Refusal::body("chunk data must end in CRLF")));
         }
         Chunk::Trailer { line, cr, total } => {
             if total >= MAX_TRAILER_BYTES || line >= MAX_LINE_BYTES {
-                return Err(Refusal::body("trailers too long"));
+                return Err(Box::new(Refusal::body("trailers too long")));
             }
             match (b, cr) {
                 (b'\n', true) if line == 0 => return Ok(State::Head),
@@ -436,7 +463,7 @@ fn chunk_byte(c: Chunk, b: u8) -> Result<State, Refusal> {
                     total: total + 1,
                 },
                 (_, true) | (b'\n', false) => {
-                    return Err(Refusal::body("trailer lines must end in CRLF"));
+                    return Err(Box::new(Refusal::body("trailer lines must end in CRLF")));
                 }
                 _ => Chunk::Trailer {
                     line: line + 1,

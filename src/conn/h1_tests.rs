@@ -70,6 +70,8 @@ fn framing_the_rfcs_forbid_is_refused() {
         (b"POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: gzip, chunked\r\n\r\n", 400),
         (b"GET / HTTP/1.1\r\nbad header\r\n\r\n", 400),
         (b"GET /\x01 HTTP/1.1\r\n\r\n", 400),
+        (b"GET /a\xffb HTTP/1.1\r\nhost: x\r\n\r\n", 400),
+        (b"POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n", 400),
     ] {
         let r = refused(input);
         assert_eq!(r.error.status().as_u16(), status, "{}", String::from_utf8_lossy(input));
