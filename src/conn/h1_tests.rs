@@ -132,3 +132,23 @@ fn a_timed_out_head_names_its_path() {
     assert_eq!(r.error.status(), 408);
     assert_eq!(r.path.as_deref(), Some("/endpoints/a/invocations"));
 }
+
+/// Found by `fuzz/` (framing target): an error after the last line end was
+/// seen when the bytes came at once and not when they came in pieces.
+#[test]
+fn the_verdict_does_not_depend_on_how_the_bytes_are_split() {
+    for input in [
+        &b"POST /e HTTP/1.1\r\nhost: x\r\ncontent-length: 12\rts\":1inputs\":1}"[..],
+        b"GET / HTTP/1.1\r\nho\x01st",
+    ] {
+        for step in 1..8 {
+            let (n, r) = run(input, step);
+            let (whole_n, whole_r) = run(input, input.len());
+            assert_eq!(
+                (n, r.is_some()),
+                (whole_n, whole_r.is_some()),
+                "step {step}"
+            );
+        }
+    }
+}
