@@ -517,4 +517,28 @@ endpoints:
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config.example.yaml");
         Config::load(std::path::Path::new(path)).unwrap();
     }
+
+    #[test]
+    fn client_connection_limits_have_defaults_and_ranges() {
+        let c = Config::from_yaml(OK).unwrap();
+        assert_eq!(c.server.timeouts.client_idle.as_millis(), 75_000);
+        assert_eq!(c.server.max_connections, 10_000);
+        assert_eq!(
+            c.server.http2_keepalive.map(|d| d.as_millis()),
+            Some(20_000)
+        );
+        let with = |server: &str| format!("server:\n{server}{OK}");
+        let off = Config::from_yaml(&with("  http2_keepalive_ms: 0\n")).unwrap();
+        assert_eq!(off.server.http2_keepalive, None);
+        for (server, field) in [
+            ("  max_connections: 0\n", "server.max_connections"),
+            (
+                "  timeouts: { client_idle_ms: 0 }\n",
+                "server.timeouts.client_idle_ms",
+            ),
+        ] {
+            let e = err(&with(server));
+            assert!(e.contains(field), "{e}");
+        }
+    }
 }

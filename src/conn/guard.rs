@@ -248,14 +248,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guard<IO> {
             let mut buf = [0u8; 16 * 1024];
             let mut rb = ReadBuf::new(&mut buf);
             ready!(Pin::new(&mut this.io).poll_read(cx, &mut rb))?;
-            if rb.filled().is_empty() {
+            let n = rb.filled().len();
+            if n == 0 {
                 // The client is done: an incomplete head is simply dropped.
                 this.pending.clear();
                 this.arm(false);
                 return Poll::Ready(Ok(()));
             }
-            let got = rb.filled().to_vec();
-            this.take(&got);
+            this.take(&buf[..n]);
         }
     }
 }
