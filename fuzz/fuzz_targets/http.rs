@@ -47,7 +47,14 @@ fn world() -> &'static World {
             kvgate::api::router(state)
         });
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
-        World { rt, app, builder, limits, stop, _stop_tx: stop_tx }
+        World {
+            rt,
+            app,
+            builder,
+            limits,
+            stop,
+            _stop_tx: stop_tx,
+        }
     })
 }
 
@@ -59,7 +66,10 @@ fn check(out: &[u8]) {
         let mut headers = [httparse::EMPTY_HEADER; 64];
         let mut resp = httparse::Response::new(&mut headers);
         let Ok(httparse::Status::Complete(n)) = resp.parse(&out[at..]) else {
-            panic!("unparsable response: {:?}", String::from_utf8_lossy(&out[at..]));
+            panic!(
+                "unparsable response: {:?}",
+                String::from_utf8_lossy(&out[at..])
+            );
         };
         let status = resp.code.unwrap_or(0);
         let header = |name: &str| {
