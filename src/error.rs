@@ -17,6 +17,10 @@ pub enum ErrorKind {
     InvalidRequest,
     UnsupportedMediaType,
     PayloadTooLarge,
+    /// The request head is over the gateway's size or header-count limit.
+    HeadersTooLarge,
+    /// The request target is over the gateway's length limit.
+    UriTooLong,
     /// The request body did not arrive within `server.timeouts.body_read_ms`.
     RequestTimeout,
     ModelNotFound,
@@ -50,6 +54,8 @@ impl ErrorKind {
             Self::InvalidJson | Self::InvalidRequest => StatusCode::BAD_REQUEST,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Self::UriTooLong => StatusCode::URI_TOO_LONG,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::ModelNotFound | Self::EndpointNotFound | Self::RouteNotFound => {
                 StatusCode::NOT_FOUND
@@ -76,6 +82,8 @@ impl ErrorKind {
             | Self::InvalidRequest
             | Self::UnsupportedMediaType
             | Self::PayloadTooLarge
+            | Self::HeadersTooLarge
+            | Self::UriTooLong
             | Self::RequestTimeout
             | Self::ModelNotFound
             | Self::EndpointNotFound
@@ -101,6 +109,8 @@ impl ErrorKind {
             Self::InvalidRequest => "invalid_request",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::PayloadTooLarge => "payload_too_large",
+            Self::HeadersTooLarge => "request_header_fields_too_large",
+            Self::UriTooLong => "uri_too_long",
             Self::RequestTimeout => "request_timeout",
             Self::ModelNotFound => "model_not_found",
             Self::EndpointNotFound => "endpoint_not_found",

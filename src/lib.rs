@@ -2,9 +2,9 @@
 //! to the model server most likely to hold its prompt prefix in KV cache.
 //!
 //! ```text
-//! client ─► request id ─► trace ─► auth ─► canonicalise ─► admit ─► handler ─► policy ─► upstream ─► client
-//!                                   │          │            │
-//!                                Tenant    RouteInput   quotas, cache salt
+//! client ─► conn guard ─► request id ─► trace ─► auth ─► claim ─► canonicalise ─► admit ─► handler ─► policy ─► upstream ─► client
+//!              │                                  │        │          │            │
+//!      framing, timeouts                       Tenant  its slot   RouteInput   quotas, cache salt
 //! ```
 //!
 //! The canonicalise layer parses the body once and computes the routing key
@@ -15,6 +15,7 @@
 
 pub mod api;
 pub mod config;
+pub mod conn;
 pub mod demo;
 pub mod discovery;
 pub mod error;

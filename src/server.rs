@@ -1,17 +1,14 @@
-//! The accept loop: hyper's HTTP/1 and HTTP/2 server with the timeouts that
-//! `axum::serve` leaves off, and graceful shutdown.
+//! The accept loop: at most `server.max_connections` client connections at
+//! once, each served by [`crate::conn::serve`] (timeouts, framing checks,
+//! lingering close), and graceful shutdown.
 //!
-//! `axum::serve` gives hyper no timer, so hyper's header read timeout never
-//! runs and a client sending its headers one byte a second (slowloris) holds a
-//! connection and its task for ever. Here:
+//! Why not `axum::serve`: it gives hyper no timer (so no header timeout), no
+//! cap on connections and no per-connection guard; see `conn/`.
 //!
-//! - every HTTP/1 request head, first or keep-alive, must arrive within
-//!   `server.timeouts.header_read_ms` (hyper answers 408 and closes);
-//! - every connection must deliver its first request head within that time,
-//!   whatever the protocol: this also bounds the protocol sniffing that
-//!   happens before hyper sees a request, and a stalled HTTP/2 preface;
-//! - heads larger than hyper's read buffer (about 400 KiB) get 431 and the
-//!   connection is closed; conflicting `content-length`s get 400.
+//! At the cap the loop stops accepting until a connection closes: new ones
+//! wait in the kernel's listen backlog and are served in turn (clients see a
+//! slow connect, not a reset), and nothing of the gateway's is spent on them.
+//! The idle and header timeouts are what guarantee that slots come free.
 //!
 //! Shutdown: stop accepting, mark not-ready, ask each connection to finish its
 //! in-flight requests and close, and after `server.shutdown_grace_ms` close
@@ -20,19 +17,15 @@
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::Request;
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto::Builder;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
-use tower::ServiceExt;
 
+use crate::conn;
 use crate::state::AppState;
 
 pub(crate) async fn run(
@@ -42,18 +35,17 @@ pub(crate) async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     // Read once: a reload changes neither the listener nor its timeouts.
-    let (header_read, grace) = {
+    let (limits, grace, builder, max_connections) = {
         let rt = state.runtime.load();
         let s = &rt.config.server;
-        (s.timeouts.header_read, s.shutdown_grace)
+        (
+            conn::Limits::of(s),
+            s.shutdown_grace,
+            Arc::new(conn::builder(s)),
+            s.max_connections,
+        )
     };
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_read);
-    builder.http2().timer(TokioTimer::new());
-    let builder = Arc::new(builder);
+    let slots = Arc::new(Semaphore::new(max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = JoinSet::new();
     let mut shutdown = pin!(shutdown);
@@ -62,9 +54,14 @@ pub(crate) async fn run(
             () = &mut shutdown => break,
             // Reap finished connections so the set stays the size of the live ones.
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    conns.spawn(connection(stream, Arc::clone(&builder), app.clone(), stop_rx.clone(), header_read));
+            accepted = accept(&listener, &slots) => match accepted {
+                Ok((stream, slot)) => {
+                    let _ = stream.set_nodelay(true);
+                    let (builder, app, stop) = (Arc::clone(&builder), app.clone(), stop_rx.clone());
+                    conns.spawn(async move {
+                        conn::serve(stream, builder, app, stop, limits).await;
+                        drop(slot);
+                    });
                 }
                 Err(e) => accept_error(e).await,
             },
@@ -87,45 +84,17 @@ pub(crate) async fn run(
     Ok(())
 }
 
-async fn connection(
-    stream: TcpStream,
-    builder: Arc<Builder<TokioExecutor>>,
-    app: Router,
-    mut stop: watch::Receiver<bool>,
-    header_read: Duration,
-) {
-    let _ = stream.set_nodelay(true);
-    let started = Arc::new(AtomicBool::new(false));
-    let seen = Arc::clone(&started);
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        seen.store(true, Ordering::Relaxed);
-        app.clone().oneshot(req)
-    });
-    let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), service));
-    let mut first_deadline = pin!(tokio::time::sleep(header_read));
-    let mut stopping = false;
-    loop {
-        tokio::select! {
-            done = conn.as_mut() => {
-                if let Err(e) = done {
-                    tracing::debug!(error = %e, "connection ended with an error");
-                }
-                return;
-            }
-            // The guard is only read when select! starts, so check again: a
-            // request may have begun while we waited.
-            () = &mut first_deadline, if !started.load(Ordering::Relaxed) => {
-                if !started.load(Ordering::Relaxed) {
-                    tracing::debug!(?header_read, "no request head in time; closing the connection");
-                    return;
-                }
-            }
-            _ = stop.changed(), if !stopping => {
-                stopping = true;
-                conn.as_mut().graceful_shutdown();
-            }
-        }
-    }
+/// A connection slot, then a connection: at the cap, nothing is accepted.
+async fn accept(
+    listener: &TcpListener,
+    slots: &Arc<Semaphore>,
+) -> std::io::Result<(tokio::net::TcpStream, tokio::sync::OwnedSemaphorePermit)> {
+    let slot = Arc::clone(slots)
+        .acquire_owned()
+        .await
+        .map_err(std::io::Error::other)?;
+    let (stream, _) = listener.accept().await?;
+    Ok((stream, slot))
 }
 
 /// Per-connection errors are the peer's business; others (out of file

@@ -14,6 +14,10 @@ mod common;
 mod sagemaker;
 #[path = "http/sigv4.rs"]
 mod sigv4;
+#[path = "http/framing.rs"]
+mod framing;
+#[path = "http/h2.rs"]
+mod h2;
 
 use std::time::Duration;
 

@@ -16,7 +16,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::TraceLayer;
 
 use crate::error::{ApiError, ErrorKind};
-use crate::middleware::{admin as admin_auth, admit, auth, canonicalise, count};
+use crate::middleware::{admin as admin_auth, admit, auth, canonicalise, claim, count};
 use crate::state::AppState;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -105,6 +105,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             Arc::clone(&state),
             canonicalise::canonicalise,
         ))
+        // The tenant's concurrency slot, from the headers: before the body is
+        // read (a SigV4 tenant is known only once auth has verified the body).
+        .route_layer(from_fn_with_state(Arc::clone(&state), claim::claim))
         // 401 before anything reads the body.
         .route_layer(from_fn_with_state(Arc::clone(&state), auth::authenticate))
         // Every answer counted, refusals and clients that left included.
@@ -141,8 +144,13 @@ pub fn router(state: Arc<AppState>) -> Router {
                 // SageMaker routes answer errors in SageMaker's shape: every
                 // error below, whichever layer raised it, passes through here.
                 .layer(from_fn(crate::sagemaker::error::wire))
+                // What the connection guard refused before hyper saw it
+                // (conn/): answered here, after the request id and the trace.
+                .layer(from_fn(crate::conn::render::answer_refused))
                 // Framing that could smuggle a request: refused first.
-                .layer(from_fn(crate::middleware::framing::check)),
+                .layer(from_fn(crate::middleware::framing::check))
+                // A path the route extractors cannot decode: 400, not axum's text.
+                .layer(from_fn(crate::middleware::path::check)),
         )
 }
 

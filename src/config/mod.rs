@@ -45,6 +45,11 @@ pub struct ServerConfig {
     /// Send an SSE comment (`: ping`) after this much silence on a stream,
     /// so idle timeouts of load balancers in front don't cut long prefills.
     pub sse_keepalive: Option<Duration>,
+    /// Most client connections open at once; the accept loop waits (the
+    /// kernel's backlog holds new ones) until one closes.
+    pub max_connections: usize,
+    /// HTTP/2 PING interval, and how long an answer may take; `None` = off.
+    pub http2_keepalive: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -58,6 +63,8 @@ pub struct Timeouts {
     pub header_read: Duration,
     /// Longest a client may take to send a request's whole body (slow uploads).
     pub body_read: Duration,
+    /// Longest a client connection may sit with no request in flight or arriving.
+    pub client_idle: Duration,
 }
 
 #[derive(Debug, Clone)]

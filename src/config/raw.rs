@@ -32,6 +32,8 @@ pub struct RawServer {
     pub failover_cooldown_ms: Option<u64>,
     pub shutdown_grace_ms: Option<u64>,
     pub sse_keepalive_ms: Option<u64>,
+    pub max_connections: Option<u64>,
+    pub http2_keepalive_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -42,6 +44,7 @@ pub struct RawTimeouts {
     pub idle_ms: Option<u64>,
     pub header_read_ms: Option<u64>,
     pub body_read_ms: Option<u64>,
+    pub client_idle_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -14,6 +14,8 @@ use crate::routing::Strategy;
 pub use crate::error::ConfigError;
 
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
+/// Open client connections before the accept loop waits for one to close.
+pub const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
 pub const DEFAULT_PREFIX_LENGTH: u64 = 4096;
 pub const DEFAULT_CONCURRENCY_THRESHOLD: u64 = 10;
 pub const DEFAULT_VIRTUAL_NODES: u64 = 160;
@@ -112,6 +114,7 @@ fn server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
             idle: ms("server.timeouts.idle_ms", t.idle_ms, 120_000)?,
             header_read: ms("server.timeouts.header_read_ms", t.header_read_ms, 10_000)?,
             body_read: ms("server.timeouts.body_read_ms", t.body_read_ms, 30_000)?,
+            client_idle: ms("server.timeouts.client_idle_ms", t.client_idle_ms, 75_000)?,
         },
         failover_cooldown: ms(
             "server.failover_cooldown_ms",
@@ -122,6 +125,15 @@ fn server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
         sse_keepalive: match raw.sse_keepalive_ms {
             Some(0) => None,
             v => Some(ms("server.sse_keepalive_ms", v, 15_000)?),
+        },
+        max_connections: {
+            let n = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+            in_range("server.max_connections", n, 1, 1_000_000)?;
+            usize::try_from(n).unwrap_or(usize::MAX)
+        },
+        http2_keepalive: match raw.http2_keepalive_ms {
+            Some(0) => None,
+            v => Some(ms("server.http2_keepalive_ms", v, 20_000)?),
         },
     })
 }
@@ -512,5 +524,29 @@ endpoints:
     fn the_example_config_is_valid() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config.example.yaml");
         Config::load(std::path::Path::new(path)).unwrap();
+    }
+
+    #[test]
+    fn client_connection_limits_have_defaults_and_ranges() {
+        let c = Config::from_yaml(OK).unwrap();
+        assert_eq!(c.server.timeouts.client_idle.as_millis(), 75_000);
+        assert_eq!(c.server.max_connections, 10_000);
+        assert_eq!(
+            c.server.http2_keepalive.map(|d| d.as_millis()),
+            Some(20_000)
+        );
+        let with = |server: &str| format!("server:\n{server}{OK}");
+        let off = Config::from_yaml(&with("  http2_keepalive_ms: 0\n")).unwrap();
+        assert_eq!(off.server.http2_keepalive, None);
+        for (server, field) in [
+            ("  max_connections: 0\n", "server.max_connections"),
+            (
+                "  timeouts: { client_idle_ms: 0 }\n",
+                "server.timeouts.client_idle_ms",
+            ),
+        ] {
+            let e = err(&with(server));
+            assert!(e.contains(field), "{e}");
+        }
     }
 }

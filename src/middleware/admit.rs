@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use crate::error::{ApiError, ErrorKind};
 use crate::route_input::RouteInput;
 use crate::state::Runtime;
-use crate::tenancy::{Ask, Tenant};
+use crate::tenancy::{Ask, Held, Tenant};
 
 pub async fn admit(mut req: Request, next: Next) -> Response {
     // Use the runtime canonicalise loaded, so one request sees one config.
@@ -22,6 +22,7 @@ pub async fn admit(mut req: Request, next: Next) -> Response {
         .get::<Tenant>()
         .cloned()
         .unwrap_or_else(Tenant::anonymous);
+    let req_held = req.extensions().get::<Held>().cloned();
     let (Some(runtime), Some(input)) = (runtime, req.extensions_mut().get_mut::<RouteInput>())
     else {
         return ApiError::new(ErrorKind::Internal, "admission ran before canonicalise")
@@ -35,7 +36,8 @@ pub async fn admit(mut req: Request, next: Next) -> Response {
         has_cache_salt: input.has_cache_salt,
         is_object: input.is_object,
     };
-    match runtime.tenancy.admit(&tenant, ask) {
+    let held = req_held.as_ref();
+    match runtime.tenancy.admit(&tenant, ask, held) {
         Ok(admitted) => {
             if let Some(body) = admitted.body {
                 input.body = body;

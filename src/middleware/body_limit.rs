@@ -53,9 +53,28 @@ pub async fn read_limited(
     match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large(limit)),
-        Err(e) => Err(ApiError::new(
-            ErrorKind::InvalidRequest,
-            format!("could not read the request body: {e}"),
-        )),
+        Err(e) => Err(refused_by_guard(e.as_ref()).unwrap_or_else(|| {
+            ApiError::new(
+                ErrorKind::InvalidRequest,
+                format!("could not read the request body: {e}"),
+            )
+        })),
     }
+}
+
+/// The connection guard's own verdict on a body's framing, if that is what
+/// ended it (it reaches here as the I/O error under hyper's body error).
+fn refused_by_guard(e: &(dyn std::error::Error + 'static)) -> Option<ApiError> {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        if let Some(r) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<crate::conn::BodyRefused>())
+        {
+            return Some(r.0.clone());
+        }
+        cause = err.source();
+    }
+    None
 }

@@ -7,4 +7,6 @@ pub mod auth;
 pub mod body_limit;
 pub mod canonicalise;
 pub mod count;
+pub mod claim;
 pub mod framing;
+pub mod path;

@@ -120,10 +120,22 @@ impl Tenancy {
             .is_none_or(|m| m.contains(model))
     }
 
+    /// Take `tenant`'s concurrency slot (429 if none is free), before the
+    /// body is read; [`Self::admit`] then uses it.
+    pub fn hold(&self, tenant: &Tenant) -> Result<Held, ApiError> {
+        let slot = self.registry.get(&tenant.id, &self.config).claim()?;
+        Ok(Held(Arc::new(std::sync::Mutex::new(slot))))
+    }
+
     /// Apply the tenant's model allow-list (403) and quotas (429); on success
     /// salt the body for the upstream cache and issue the admission ticket
     /// that the response body releases, with the `x-ratelimit-*` headers.
-    pub fn admit(&self, tenant: &Tenant, ask: Ask<'_>) -> Result<Admitted, ApiError> {
+    pub fn admit(
+        &self,
+        tenant: &Tenant,
+        ask: Ask<'_>,
+        held: Option<&Held>,
+    ) -> Result<Admitted, ApiError> {
         let state = self.registry.get(&tenant.id, &self.config);
         check_models(&state.limits, ask.api, ask.model, ask.endpoint_models)?;
         // Every JSON object body gets the tenant's salt, native ones too: the
@@ -135,7 +147,8 @@ impl Tenancy {
             }
             _ => None,
         };
-        let (admission, headers) = state.admit(quota::estimate_tokens(ask.body))?;
+        let slot = held.and_then(Held::take);
+        let (admission, headers) = state.admit(quota::estimate_tokens(ask.body), slot)?;
         Ok(Admitted {
             body,
             admission,
@@ -189,6 +202,18 @@ fn check_models(
             "this tenant may not use the requested model",
         )
         .with_param("model"))
+    }
+}
+
+/// A concurrency slot taken from the headers, in request extensions until
+/// admission moves it into the [`Admission`]; dropped with the request if
+/// it never gets there.
+#[derive(Debug, Clone)]
+pub struct Held(Arc<std::sync::Mutex<Option<quota::Slot>>>);
+
+impl Held {
+    fn take(&self) -> Option<quota::Slot> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 

@@ -80,20 +80,35 @@ impl TenantState {
         }
     }
 
-    /// Admit one request estimated at `estimate` prompt tokens, or refuse it
-    /// with a 429 that says when to come back.
-    pub fn admit(&self, estimate: u64) -> Result<(Admission, RateHeaders), ApiError> {
-        let mut headers = RateHeaders::new();
-        let slot = match self.limits.max_concurrency {
-            None => None,
-            Some(max) => Some(self.claim_slot(max).ok_or_else(|| {
+    /// Take a concurrency slot now (or none, with no concurrency limit), or
+    /// refuse with a 429. The authentication layer calls this from the
+    /// headers, so a request holds its slot while its body is read.
+    pub fn claim(&self) -> Result<Option<Slot>, ApiError> {
+        match self.limits.max_concurrency {
+            None => Ok(None),
+            Some(max) => Ok(Some(self.claim_slot(max).ok_or_else(|| {
                 limited(
                     "too many concurrent requests for this tenant",
                     Duration::from_secs(1),
                 )
                 .with_header(n("x-ratelimit-limit-concurrency"), num(max.into()))
                 .with_header(n("x-ratelimit-remaining-concurrency"), num(0))
-            })?),
+            })?)),
+        }
+    }
+
+    /// Admit one request estimated at `estimate` prompt tokens, with the slot
+    /// it already holds (one is claimed if not), or refuse it with a 429 that
+    /// says when to come back.
+    pub fn admit(
+        &self,
+        estimate: u64,
+        held: Option<Slot>,
+    ) -> Result<(Admission, RateHeaders), ApiError> {
+        let mut headers = RateHeaders::new();
+        let slot = match held {
+            Some(slot) => Some(slot),
+            None => self.claim()?,
         };
         let now = Instant::now();
         let tpm = match &self.tpm {
@@ -187,7 +202,7 @@ fn n(name: &'static str) -> HeaderName {
 
 /// One concurrency slot of a tenant, released on drop.
 #[derive(Debug)]
-struct Slot(Arc<AtomicU32>);
+pub struct Slot(Arc<AtomicU32>);
 
 impl Drop for Slot {
     fn drop(&mut self) {

@@ -170,6 +170,11 @@ async fn a_megabyte_header_gets_431() {
         "{:?}",
         &text[..text.len().min(200)]
     );
+    // In the error shape, not hyper's empty body.
+    assert!(
+        text.contains(r#""code":"request_header_fields_too_large""#),
+        "{text}"
+    );
     // A megabyte of bearer token is refused the same way, before auth runs.
     let req = format!(
         "GET /v1/models HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\r\n",
@@ -236,10 +241,17 @@ async fn slow_headers_are_cut_off() {
         let rest = text
             .split_once("\r\n\r\n{\"status\":\"ok\"}")
             .map_or(&*text, |(_, r)| r);
-        assert!(
-            rest.is_empty() || rest.starts_with("HTTP/1.1 408"),
-            "{what}: {text}"
-        );
+        // A head that began gets its 408 in the error shape; a connection
+        // that sent no request (or an HTTP/2 preface) is just closed.
+        if what.ends_with("head") {
+            assert!(rest.starts_with("HTTP/1.1 408"), "{what}: {text}");
+            assert!(
+                rest.contains(r#""code":"request_timeout""#),
+                "{what}: {text}"
+            );
+        } else {
+            assert!(rest.is_empty(), "{what}: {text}");
+        }
         assert!(started.elapsed() < Duration::from_secs(10), "{what}");
     }
     assert_eq!(up.hits(), 4);
@@ -342,4 +354,42 @@ async fn conflicting_framing_cannot_smuggle_a_request() {
         assert!(!text.contains("\"object\":\"list\""), "{text}");
     }
     still_serving(&gw, &t).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unauthenticated_big_body_is_drained_so_the_client_sees_the_401() {
+    let up = Upstream::start("u0", Mode::Json).await;
+    let gw = hostile_gateway(&up).await;
+    for (what, auth) in [
+        ("no credentials", String::new()),
+        (
+            "a forged token",
+            "authorization: Bearer not.a.token\r\n".to_owned(),
+        ),
+    ] {
+        // Write the head and all 8 MiB, then read: as Python's http.client does.
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        let len = 8 << 20;
+        let head = format!(
+            "POST /endpoints/chat/invocations HTTP/1.1\r\nhost: x\r\n{auth}content-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        let sent =
+            tokio::time::timeout(Duration::from_secs(20), s.write_all(&vec![b' '; len])).await;
+        let sent = sent
+            .unwrap_or_else(|_| panic!("{what}: the gateway stopped reading and did not close"));
+        sent.unwrap_or_else(|e| {
+            panic!("{what}: writing the body failed ({e}): closed without draining")
+        });
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+        let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+        assert!(text.starts_with("http/1.1 401"), "{what}: {text}");
+        assert!(text.contains("connection: close"), "{what}: {text}");
+        assert!(
+            text.contains(r#""code":"invalid_api_key""#),
+            "{what}: {text}"
+        );
+    }
+    assert_eq!(up.hits(), 0);
 }

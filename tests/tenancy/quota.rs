@@ -210,3 +210,88 @@ async fn over_estimates_are_refunded() {
     let retry = expect_429(resp, "estimate above the quota").await;
     assert!(retry <= 60, "retry-after {retry}");
 }
+
+/// Send a head that expects `100 Continue`, and read until it comes: hyper
+/// sends it when the body is first read, so by then the request is past
+/// authentication and holds its slot.
+async fn upload_started(addr: std::net::SocketAddr, token: &str) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\nexpect: 100-continue\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let mut buf = [0u8; 256];
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "closed before 100 Continue");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        got.starts_with(b"HTTP/1.1 100"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    // One byte of body a while: an upload in progress.
+    s.write_all(b"{").await.unwrap();
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_uploads_hold_their_tenants_slots_before_the_body_is_read() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = Upstream::start("u0", Mode::Json).await;
+    let yaml = jwt_config(
+        &[&up],
+        "tenants:\n  overrides:\n    acme: { max_concurrency: 2 }\n",
+    )
+    .replace(
+        "  max_body_bytes: 65536\n",
+        "  max_body_bytes: 65536\n  timeouts: { body_read_ms: 60000 }\n",
+    );
+    let gw = Gateway::start(&yaml).await;
+    let acme = hs256(&claims("acme"));
+    let mut uploads = vec![
+        upload_started(gw.addr, &acme).await,
+        upload_started(gw.addr, &acme).await,
+    ];
+    // A third: its head says 1000 bytes follow, none do. The answer comes
+    // from the head alone (the body timeout is a minute away).
+    let mut third = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {acme}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+    );
+    third.write_all(head.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), third.read_to_end(&mut out)).await;
+    assert!(
+        read.is_ok(),
+        "the third upload was admitted to wait for its body"
+    );
+    let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 429"), "{text}");
+    assert!(text.contains("x-ratelimit-limit-concurrency: 2"), "{text}");
+    assert!(text.contains("\"code\":\"rate_limit_exceeded\""), "{text}");
+    // Another tenant is not affected.
+    let beta = chat(&gw, &hs256(&claims("beta")), &small_chat("beta")).await;
+    assert_eq!(beta.status(), 200);
+    // An upload that goes away frees its slot.
+    drop(uploads.pop());
+    let again = small_chat("again");
+    until(
+        "a slot to free",
+        || chat(&gw, &acme, &again),
+        |r| r.status() == 200,
+    )
+    .await;
+    assert_eq!(
+        up.hits(),
+        2,
+        "only beta's and the last request were forwarded"
+    );
+    uploads.clear();
+}
