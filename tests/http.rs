@@ -10,14 +10,14 @@
 )]
 
 mod common;
-#[path = "http/sagemaker.rs"]
-mod sagemaker;
-#[path = "http/sigv4.rs"]
-mod sigv4;
 #[path = "http/framing.rs"]
 mod framing;
 #[path = "http/h2.rs"]
 mod h2;
+#[path = "http/sagemaker.rs"]
+mod sagemaker;
+#[path = "http/sigv4.rs"]
+mod sigv4;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@ pub mod admit;
 pub mod auth;
 pub mod body_limit;
 pub mod canonicalise;
-pub mod count;
 pub mod claim;
+pub mod count;
 pub mod framing;
 pub mod path;

@@ -41,7 +41,9 @@ fn shape(kind: ErrorKind) -> (StatusCode, &'static str) {
     use ErrorKind::*;
     match kind {
         InvalidJson | InvalidRequest | UnsupportedMediaType | PayloadTooLarge | RequestTimeout
-        | ModelNotFound | EndpointNotFound => (StatusCode::BAD_REQUEST, "ValidationError"),
+        | ModelNotFound | EndpointNotFound | HeadersTooLarge | UriTooLong => {
+            (StatusCode::BAD_REQUEST, "ValidationError")
+        }
         RouteNotFound => (StatusCode::NOT_FOUND, "UnknownOperationException"),
         MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "UnknownOperationException"),
         Unauthorized => (StatusCode::UNAUTHORIZED, "UnrecognizedClientException"),

@@ -91,9 +91,15 @@ async fn heads_hyper_refused_with_an_empty_body_get_the_error_shape() {
         ),
         (
             "a path that is not UTF-8",
-            b"POST /endpoints/%ff/invocations HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
+            b"POST /v1/%ff/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
             400,
             "invalid_request",
+        ),
+        (
+            "a SageMaker path that is not UTF-8",
+            b"POST /endpoints/%ff/invocations HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
+            400,
+            "ValidationError",
         ),
     ];
     for (what, request, status, code) in cases {
@@ -105,7 +111,16 @@ async fn heads_hyper_refused_with_an_empty_body_get_the_error_shape() {
             "{what}: {text}"
         );
         assert!(head.contains("x-request-id: "), "{what}: {text}");
-        assert_eq!(body["error"]["code"], code, "{what}: {text}");
+        if code == "ValidationError" {
+            // SageMaker's wire: the code in x-amzn-ErrorType, a bare message.
+            assert!(
+                head.contains("x-amzn-errortype: validationerror"),
+                "{what}: {text}"
+            );
+            assert!(body["message"].is_string(), "{what}: {text}");
+        } else {
+            assert_eq!(body["error"]["code"], code, "{what}: {text}");
+        }
     }
     assert_eq!(up.hits(), 0);
 }

@@ -371,7 +371,7 @@ async fn an_unauthenticated_big_body_is_drained_so_the_client_sees_the_401() {
         let mut s = TcpStream::connect(gw.addr).await.unwrap();
         let len = 8 << 20;
         let head = format!(
-            "POST /endpoints/chat/invocations HTTP/1.1\r\nhost: x\r\n{auth}content-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n{auth}content-type: application/json\r\ncontent-length: {len}\r\n\r\n"
         );
         s.write_all(head.as_bytes()).await.unwrap();
         let sent =
