@@ -26,6 +26,8 @@ pub struct Config {
     pub endpoints: Vec<EndpointConfig>,
     /// `auth`, `tenants` and `isolation`.
     pub tenancy: TenancyConfig,
+    /// `cluster`: limits shared through Redis, when set.
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 #[derive(Debug, Clone)]

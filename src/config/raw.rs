@@ -17,6 +17,8 @@ pub struct RawConfig {
     pub tenants: crate::tenancy::settings::RawTenants,
     #[serde(default)]
     pub isolation: crate::tenancy::settings::RawIsolation,
+    /// Tenant limits shared by several replicas (`cluster.redis`).
+    pub cluster: Option<crate::cluster::RawCluster>,
 }
 
 #[derive(Debug, Default, Deserialize)]

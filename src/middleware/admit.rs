@@ -35,7 +35,7 @@ pub async fn admit(mut req: Request, next: Next) -> Response {
         has_cache_salt: input.has_cache_salt,
         is_object: input.is_object,
     };
-    match runtime.tenancy.admit(&tenant, ask) {
+    match runtime.tenancy.admit(&tenant, ask).await {
         Ok(admitted) => {
             if let Some(body) = admitted.body {
                 input.body = body;

@@ -1,10 +1,12 @@
 //! Upstream instances and the trying of them: in-flight accounting
 //! ([`instance`]), sending with failover ([`forward`]) and the streamed
 //! response body that releases its slot when it ends or is dropped ([`body`]),
-//! and upstream errors relayed in OpenAI's shape ([`relay_error`]).
+//! upstream errors relayed in OpenAI's shape ([`relay_error`]), and the
+//! completion tokens of streams that report no usage ([`completion`]).
 
 mod body;
 pub mod capacity;
+pub mod completion;
 mod forward;
 mod headers;
 pub mod health;
