@@ -285,11 +285,11 @@ fn settle(
     transcript: Option<Vec<bytes::Bytes>>,
     endpoint: &str,
 ) {
-    let reported = usage.filter(|u| u.completion_tokens > 0);
-    if let Some(u) = reported {
-        telemetry::completion_tokens(endpoint, "usage", u.completion_tokens);
-    }
-    let (Some(chunks), None) = (transcript, reported) else {
+    // A usage object is the upstream's own count: trust it as it is.
+    let Some(chunks) = transcript.filter(|_| usage.is_none()) else {
+        if let Some(u) = usage.filter(|u| u.completion_tokens > 0) {
+            telemetry::completion_tokens(endpoint, "usage", u.completion_tokens);
+        }
         admission.settle(
             usage.map(|u| u.prompt_tokens),
             usage.map_or(0, |u| u.completion_tokens),
@@ -302,12 +302,11 @@ fn settle(
     ) else {
         return;
     };
-    let prompt = usage.map(|u| u.prompt_tokens);
     let endpoint = endpoint.to_owned();
     rt.spawn_blocking(move || {
         let counted = super::completion::count(&chunks);
         telemetry::completion_tokens(&endpoint, "counted", counted);
-        charge.settle(prompt, counted);
+        charge.settle(None, counted);
     });
 }
 
