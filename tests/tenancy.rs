@@ -14,6 +14,8 @@ mod common;
 
 #[path = "tenancy/auth.rs"]
 mod auth;
+#[path = "tenancy/cluster.rs"]
+mod cluster;
 #[path = "tenancy/config.rs"]
 mod config;
 #[path = "tenancy/hostile.rs"]

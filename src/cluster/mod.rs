@@ -84,7 +84,6 @@ impl Cluster {
             held: Mutex::default(),
             next_handle: AtomicU64::new(0),
         });
-        metrics::gauge!(telemetry::CLUSTER_REDIS_UP).set(0.0);
         handle.spawn(heartbeat(Arc::downgrade(&cluster)));
         Some(cluster)
     }
@@ -138,8 +137,10 @@ impl Cluster {
 
     /// Log once per outage, not once per request.
     fn went_down(&self, why: &str) {
+        // Gauges are set every time: the first heartbeat may run before
+        // the metrics recorder is installed.
+        metrics::gauge!(telemetry::CLUSTER_REDIS_UP).set(0.0);
         if self.state.swap(DOWN, Ordering::AcqRel) != DOWN {
-            metrics::gauge!(telemetry::CLUSTER_REDIS_UP).set(0.0);
             tracing::warn!(
                 error = %why,
                 share = self.share(),
@@ -151,8 +152,8 @@ impl Cluster {
     fn came_up(&self, replicas: u32) {
         self.replicas.store(replicas.max(1), Ordering::Relaxed);
         metrics::gauge!(telemetry::CLUSTER_REPLICAS).set(f64::from(replicas));
+        metrics::gauge!(telemetry::CLUSTER_REDIS_UP).set(1.0);
         if self.state.swap(UP, Ordering::AcqRel) != UP {
-            metrics::gauge!(telemetry::CLUSTER_REDIS_UP).set(1.0);
             tracing::info!(
                 replicas,
                 "cluster: Redis reachable; tenant limits are shared"
@@ -169,7 +170,9 @@ impl Cluster {
             .values()
             .cloned()
             .collect();
-        let ttl = self.config.heartbeat * 3;
+        // Generous: a late heartbeat must not make a live replica vanish
+        // (the count only sizes the shares used while Redis is away).
+        let ttl = self.config.heartbeat * 5;
         let mut inv = scripts::HEARTBEAT.prepare_invoke();
         inv.key(format!("{}replicas", self.config.key_prefix))
             .arg(&self.replica_id)
