@@ -143,3 +143,67 @@ pub(crate) fn connection_info(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(redis: &str) -> RawCluster {
+        RawCluster {
+            redis: Some(Secret::new(redis)),
+            ..RawCluster::default()
+        }
+    }
+
+    #[test]
+    fn defaults_and_ranges() {
+        let c = validate(Some(raw("redis://127.0.0.1:6379/0")))
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.key_prefix, "kvgate:");
+        assert_eq!(c.replicas, 1);
+        assert_eq!(c.timeout, Duration::from_millis(100));
+        assert_eq!(c.slot_lease, Duration::from_secs(10));
+        assert_eq!(validate(None).unwrap(), None);
+        let err = |r: RawCluster| validate(Some(r)).unwrap_err().to_string();
+        let e = err(RawCluster {
+            slot_lease_ms: Some(2000),
+            ..raw("redis://h")
+        });
+        assert!(e.contains("cluster.slot_lease_ms"), "{e}");
+        let e = err(RawCluster {
+            replicas: Some(0),
+            ..raw("redis://h")
+        });
+        assert!(e.contains("cluster.replicas"), "{e}");
+        let e = err(RawCluster {
+            key_prefix: Some("a b".into()),
+            ..raw("redis://h")
+        });
+        assert!(e.contains("cluster.key_prefix"), "{e}");
+        let e = err(RawCluster {
+            replicas: Some(2),
+            ..RawCluster::default()
+        });
+        assert!(e.contains("cluster.redis"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_url_is_named_without_its_password() {
+        let e = validate(Some(raw("http://user:hunter2@host/0")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cluster.redis"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn the_password_key_is_applied_over_the_urls() {
+        let url = Secret::new("redis://:old@127.0.0.1:6379/2");
+        let info = connection_info(&url, Some(&Secret::new("new"))).unwrap();
+        assert_eq!(info.redis_settings().password(), Some("new"));
+        assert_eq!(info.redis_settings().db(), 2);
+        let info = connection_info(&url, None).unwrap();
+        assert_eq!(info.redis_settings().password(), Some("old"));
+    }
+}
