@@ -92,9 +92,7 @@ impl Local {
             }),
         }
     }
-}
 
-impl Local {
     /// As [`Local::new`] at the whole limit, reusing the limiters of `old`
     /// (whole-limit ones) whose limit is unchanged.
     fn carried(limits: &Limits, old: Option<(&Limits, Arc<Local>)>) -> Self {
