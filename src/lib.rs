@@ -14,6 +14,7 @@
 //! answer back. Tests and `main` both enter through [`serve`].
 
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod conn;
 pub mod demo;

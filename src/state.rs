@@ -234,8 +234,17 @@ impl Runtime {
             by_name.insert(ec.name.clone(), Arc::clone(&ep));
             endpoints.push(ep);
         }
+        // One Redis connection and heartbeat per process, kept across
+        // reloads that leave `cluster` as it was.
+        let cluster = config.cluster.as_ref().and_then(|c| {
+            previous
+                .and_then(|p| p.tenancy.cluster())
+                .filter(|old| old.config == *c)
+                .cloned()
+                .or_else(|| crate::cluster::Cluster::start(c))
+        });
         let tenancy =
-            crate::tenancy::Tenancy::build(&config.tenancy, previous.map(|p| &*p.tenancy));
+            crate::tenancy::Tenancy::build(&config.tenancy, previous.map(|p| &*p.tenancy), cluster);
         Ok(Self {
             config: Arc::new(config),
             endpoints,

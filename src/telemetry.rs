@@ -37,6 +37,10 @@ pub const WARMUP: &str = "kvgate_warmup_requests_total";
 pub const DISCOVERY_FAILURES: &str = "kvgate_discovery_failures_total";
 pub const DISCOVERED: &str = "kvgate_discovered_instances";
 pub const JWKS_REFRESHES: &str = "kvgate_jwks_refreshes_total";
+pub const COMPLETION_TOKENS: &str = "kvgate_completion_tokens_total";
+pub const CLUSTER_REDIS_UP: &str = "kvgate_cluster_redis_up";
+pub const CLUSTER_REPLICAS: &str = "kvgate_cluster_replicas";
+pub const CLUSTER_FALLBACK: &str = "kvgate_cluster_fallback_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -172,6 +176,22 @@ fn describe() {
         WARMUP,
         "Warm-up requests sent to joining instances, by result"
     );
+    describe_counter!(
+        COMPLETION_TOKENS,
+        "Completion tokens charged to tenants' tokens per minute, by source (usage: the upstream reported them; counted: kvgate counted a stream without usage)"
+    );
+    describe_gauge!(
+        CLUSTER_REDIS_UP,
+        "1 while cluster.redis answers (tenant limits shared across replicas), 0 while limits are local shares"
+    );
+    describe_gauge!(
+        CLUSTER_REPLICAS,
+        "Gateway replicas alive in cluster.redis at the last heartbeat"
+    );
+    describe_counter!(
+        CLUSTER_FALLBACK,
+        "Limit decisions made on this replica's local share because Redis was unreachable or slow, by limit"
+    );
 }
 
 /// A request answered with `status` (counted when its response headers go out).
@@ -225,6 +245,11 @@ pub fn usage(endpoint: &str, instance: &str, prompt: u64, cached: u64) {
         .increment(prompt);
     counter!(CACHED_TOKENS, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
         .increment(cached);
+}
+
+/// Completion tokens charged to a tenant, from `usage` or counted from the stream.
+pub fn completion_tokens(endpoint: &str, source: &'static str, n: u64) {
+    counter!(COMPLETION_TOKENS, "endpoint" => endpoint.to_owned(), "source" => source).increment(n);
 }
 
 pub fn retry(endpoint: &str, instance: &str, why: &'static str) {

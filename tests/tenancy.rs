@@ -16,6 +16,8 @@ mod common;
 mod admin;
 #[path = "tenancy/auth.rs"]
 mod auth;
+#[path = "tenancy/cluster.rs"]
+mod cluster;
 #[path = "tenancy/config.rs"]
 mod config;
 #[path = "tenancy/hostile.rs"]

@@ -31,6 +31,8 @@ pub struct Config {
     pub admin: Option<crate::tenancy::admin::AdminToken>,
     /// `upstream.tls`: the roots the upstream client trusts for `https://` instances.
     pub upstream_tls: crate::upstream::tls::UpstreamTls,
+    /// `cluster`: limits shared through Redis, when set.
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 #[derive(Debug, Clone)]

@@ -21,6 +21,8 @@ pub struct RawConfig {
     pub admin: crate::tenancy::admin::RawAdmin,
     #[serde(default)]
     pub upstream: crate::upstream::tls::RawUpstream,
+    /// Tenant limits shared by several replicas (`cluster.redis`).
+    pub cluster: Option<crate::cluster::RawCluster>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -71,12 +71,14 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         .collect();
     let tenancy =
         crate::tenancy::settings::validate(raw.auth, raw.tenants, raw.isolation, &served)?;
+    let cluster = crate::cluster::settings::validate(raw.cluster)?;
     Ok(Config {
         server,
         endpoints,
         tenancy,
         admin: crate::tenancy::admin::validate(raw.admin)?,
         upstream_tls: crate::upstream::tls::validate(raw.upstream)?,
+        cluster,
     })
 }
 

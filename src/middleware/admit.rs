@@ -37,7 +37,7 @@ pub async fn admit(mut req: Request, next: Next) -> Response {
         is_object: input.is_object,
     };
     let held = req_held.as_ref();
-    match runtime.tenancy.admit(&tenant, ask, held) {
+    match runtime.tenancy.admit(&tenant, ask, held).await {
         Ok(admitted) => {
             if let Some(body) = admitted.body {
                 input.body = body;

@@ -20,7 +20,8 @@ pub async fn claim(State(state): State<Arc<AppState>>, mut req: Request, next: N
         .get::<Tenant>()
         .cloned()
         .unwrap_or_else(Tenant::anonymous);
-    let held = state.runtime.load().tenancy.hold(&tenant);
+    let tenancy = Arc::clone(&state.runtime.load().tenancy);
+    let held = tenancy.hold(&tenant).await;
     match held {
         Ok(held) => {
             req.extensions_mut().insert(held);

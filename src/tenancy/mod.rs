@@ -61,19 +61,32 @@ const MAX_CREDENTIAL_LEN: usize = 16 * 1024;
 pub struct Tenancy {
     config: TenancyConfig,
     registry: Registry,
+    /// Shared limits (`cluster.redis`), when configured.
+    cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Tenancy {
     /// Build from config, carrying per-tenant counters over from `previous`
     /// so a reload neither forgets requests in flight nor refills quotas.
-    pub fn build(config: &TenancyConfig, previous: Option<&Tenancy>) -> Self {
+    /// With a `cluster`, limits are shared by every replica using it.
+    pub fn build(
+        config: &TenancyConfig,
+        previous: Option<&Tenancy>,
+        cluster: Option<Arc<crate::cluster::Cluster>>,
+    ) -> Self {
         if let AuthConfig::Jwt(jwt) = &config.auth {
             jwt.start();
         }
         Self {
             registry: Registry::build(config, previous.map(|p| &p.registry)),
             config: config.clone(),
+            cluster,
         }
+    }
+
+    /// The shared-limits handle, for a reload to carry over.
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.cluster.as_ref()
     }
 
     /// Who is calling, from `Authorization: Bearer …`; 401 if it doesn't say.
@@ -122,15 +135,16 @@ impl Tenancy {
 
     /// Take `tenant`'s concurrency slot (429 if none is free), before the
     /// body is read; [`Self::admit`] then uses it.
-    pub fn hold(&self, tenant: &Tenant) -> Result<Held, ApiError> {
-        let slot = self.registry.get(&tenant.id, &self.config).claim()?;
+    pub async fn hold(&self, tenant: &Tenant) -> Result<Held, ApiError> {
+        let state = self.registry.get(&tenant.id, &self.config);
+        let slot = state.take_slot(self.cluster.as_ref()).await?;
         Ok(Held(Arc::new(std::sync::Mutex::new(slot))))
     }
 
     /// Apply the tenant's model allow-list (403) and quotas (429); on success
     /// salt the body for the upstream cache and issue the admission ticket
     /// that the response body releases, with the `x-ratelimit-*` headers.
-    pub fn admit(
+    pub async fn admit(
         &self,
         tenant: &Tenant,
         ask: Ask<'_>,
@@ -148,7 +162,8 @@ impl Tenancy {
             _ => None,
         };
         let slot = held.and_then(Held::take);
-        let (admission, headers) = state.admit(quota::estimate_tokens(ask.body), slot)?;
+        let estimate = quota::estimate_tokens(ask.body);
+        let (admission, headers) = state.admit(estimate, self.cluster.as_ref(), slot).await?;
         Ok(Admitted {
             body,
             admission,

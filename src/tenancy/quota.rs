@@ -4,22 +4,32 @@
 //!   request's [`Admission`], which the upstream response body holds until it
 //!   ends or the client leaves, so the slot is freed exactly then.
 //! - **Requests per minute** is governor's GCRA: lock-free, burst = the limit.
-//! - **Tokens per minute** counts *prompt* tokens. Before forwarding, kvgate
-//!   charges an estimate of `ceil(body bytes / 4)` — no tokenizer on the
-//!   latency path. When the response ends, the charge is settled with the
-//!   `usage.prompt_tokens` the upstream reported (see `upstream/usage.rs`);
-//!   without a reported usage (a stream without `include_usage`, an upstream
-//!   error) the estimate stands. See [`super::bucket`] for why not governor.
+//! - **Tokens per minute** counts prompt *and* completion tokens, as
+//!   OpenAI's limits do. Before forwarding, kvgate charges an estimate of
+//!   the prompt, `ceil(body bytes / 4)` — no tokenizer on the latency path.
+//!   When the response ends, the charge is settled with the `usage` the
+//!   upstream reported (`prompt_tokens + completion_tokens`, see
+//!   `upstream/usage.rs`); a stream without usage (no `include_usage`)
+//!   keeps the prompt estimate and adds the completion tokens counted from
+//!   the streamed text after it ended (`upstream/completion.rs`); an
+//!   upstream error keeps the estimate. See [`super::bucket`] for why not
+//!   governor.
+//!
+//! With `cluster.redis` every limit is shared by all replicas through Redis
+//! ([`crate::cluster`]); what Redis cannot decide in time is decided here on
+//! this replica's share of the limit.
 //!
 //! A refused request consumes nothing: checks run concurrency → tokens →
 //! requests, and a later refusal undoes the earlier charges.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, RwLock};
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use axum::http::{HeaderName, HeaderValue, header};
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
@@ -28,6 +38,7 @@ use governor::{Quota, RateLimiter};
 
 use super::bucket::TokenBucket;
 use super::settings::{Limits, TenancyConfig};
+use crate::cluster::{Cluster, ClusterSlot, Refused};
 use crate::error::{ApiError, ErrorKind};
 
 type Rpm = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
@@ -45,29 +56,66 @@ pub fn estimate_tokens(body: &[u8]) -> u64 {
 /// One tenant's limits, counters and cache salt.
 #[derive(Debug)]
 pub struct TenantState {
+    pub id: Arc<str>,
     pub limits: Limits,
     /// `cache_salt` for this tenant's OpenAI-shaped bodies, when salting is on.
     pub salt: Option<String>,
+    /// This replica's requests in flight (admitted locally or through Redis).
     inflight: Arc<AtomicU32>,
-    rpm: Option<Arc<Rpm>>,
+    /// Limiters for this replica alone: the whole limit without a cluster,
+    /// its share while Redis is away.
+    local: ArcSwap<Local>,
+}
+
+/// Local limiters sized at `1 / share` of each limit.
+#[derive(Debug)]
+struct Local {
+    share: u32,
+    concurrency: Option<u32>,
+    rpm: Option<(NonZeroU32, Arc<Rpm>)>,
     tpm: Option<Arc<TokenBucket>>,
 }
 
-impl TenantState {
-    fn new(id: &str, config: &TenancyConfig, old: Option<&TenantState>) -> Self {
-        let limits = config.tenants.limits(id).clone();
-        // Keep a limiter whose limit did not change, so a reload refills nothing.
-        let rpm = limits.requests_per_minute.map(|n| {
-            old.filter(|o| o.limits.requests_per_minute == Some(n))
-                .and_then(|o| o.rpm.clone())
-                .unwrap_or_else(|| Arc::new(rpm_limiter(n)))
-        });
-        let tpm = limits.tokens_per_minute.map(|n| {
-            old.filter(|o| o.limits.tokens_per_minute == Some(n))
-                .and_then(|o| o.tpm.clone())
-                .unwrap_or_else(|| Arc::new(TokenBucket::per_minute(n.get(), Instant::now())))
-        });
+impl Local {
+    fn new(limits: &Limits, share: u32) -> Self {
+        let share = share.max(1);
         Self {
+            share,
+            concurrency: limits.max_concurrency.map(|n| n.div_ceil(share)),
+            rpm: limits.requests_per_minute.map(|n| {
+                let n = NonZeroU32::new(n.get().div_ceil(share)).unwrap_or(NonZeroU32::MIN);
+                (n, Arc::new(rpm_limiter(n)))
+            }),
+            tpm: limits.tokens_per_minute.map(|n| {
+                let n = n.get().div_ceil(u64::from(share)).max(1);
+                Arc::new(TokenBucket::per_minute(n, Instant::now()))
+            }),
+        }
+    }
+
+    /// As [`Local::new`] at the whole limit, reusing the limiters of `old`
+    /// (whole-limit ones) whose limit is unchanged.
+    fn carried(limits: &Limits, old: Option<(&Limits, Arc<Local>)>) -> Self {
+        let mut new = Self::new(limits, 1);
+        if let Some((was, local)) = old.filter(|(_, l)| l.share == 1) {
+            if was.requests_per_minute == limits.requests_per_minute {
+                new.rpm.clone_from(&local.rpm);
+            }
+            if was.tokens_per_minute == limits.tokens_per_minute {
+                new.tpm.clone_from(&local.tpm);
+            }
+        }
+        new
+    }
+}
+
+impl TenantState {
+    fn new(id: &Arc<str>, config: &TenancyConfig, old: Option<&TenantState>) -> Self {
+        let limits = config.tenants.limits(id).clone();
+        // Keep limiters whose limits did not change, so a reload refills nothing.
+        let local = Local::carried(&limits, old.map(|o| (&o.limits, o.local.load_full())));
+        Self {
+            id: Arc::clone(id),
             salt: config
                 .salt_secret
                 .as_ref()
@@ -75,57 +123,155 @@ impl TenantState {
             // Requests in flight stay counted across a reload.
             inflight: old.map_or_else(Default::default, |o| Arc::clone(&o.inflight)),
             limits,
-            rpm,
-            tpm,
+            local: ArcSwap::from_pointee(local),
         }
     }
 
-    /// Take a concurrency slot now (or none, with no concurrency limit), or
-    /// refuse with a 429. The authentication layer calls this from the
-    /// headers, so a request holds its slot while its body is read.
-    pub fn claim(&self) -> Result<Option<Slot>, ApiError> {
+    /// The local limiters for `share`, rebuilt when the share changed.
+    fn local(&self, share: u32) -> Arc<Local> {
+        let cur = self.local.load_full();
+        if cur.share == share.max(1) {
+            return cur;
+        }
+        let next = Arc::new(Local::new(&self.limits, share));
+        self.local.store(Arc::clone(&next));
+        next
+    }
+
+    /// Take a concurrency slot now (none without a concurrency limit), or
+    /// refuse with a 429. The claim layer calls this from the headers, so a
+    /// request holds its slot while its body is read.
+    pub async fn take_slot(
+        &self,
+        cluster: Option<&Arc<Cluster>>,
+    ) -> Result<Option<Slot>, ApiError> {
         match self.limits.max_concurrency {
             None => Ok(None),
-            Some(max) => Ok(Some(self.claim_slot(max).ok_or_else(|| {
-                limited(
-                    "too many concurrent requests for this tenant",
-                    Duration::from_secs(1),
-                )
-                .with_header(n("x-ratelimit-limit-concurrency"), num(max.into()))
-                .with_header(n("x-ratelimit-remaining-concurrency"), num(0))
-            })?)),
+            Some(max) => Ok(Some(self.claim(max, cluster).await?)),
         }
     }
 
     /// Admit one request estimated at `estimate` prompt tokens, with the slot
-    /// it already holds (one is claimed if not), or refuse it with a 429 that
-    /// says when to come back.
-    pub fn admit(
+    /// it already holds (one is taken if not), or refuse it with a 429 that
+    /// says when to come back. With a `cluster`, the limits hold across every
+    /// replica (see [`crate::cluster`]); a limit Redis cannot decide in time
+    /// is decided here, on this replica's share.
+    pub async fn admit(
         &self,
         estimate: u64,
+        cluster: Option<&Arc<Cluster>>,
         held: Option<Slot>,
     ) -> Result<(Admission, RateHeaders), ApiError> {
-        let mut headers = RateHeaders::new();
         let slot = match held {
             Some(slot) => Some(slot),
-            None => self.claim()?,
+            None => self.take_slot(cluster).await?,
         };
+        let (tpm, headers) = self.charge(estimate, cluster).await?;
+        let admission = Admission {
+            _slot: slot,
+            tpm: Mutex::new(tpm),
+        };
+        Ok((admission, headers))
+    }
+
+    async fn claim(&self, max: u32, cluster: Option<&Arc<Cluster>>) -> Result<Slot, ApiError> {
+        let refused = || {
+            limited(
+                "too many concurrent requests for this tenant",
+                Duration::from_secs(1),
+            )
+            .with_header(n("x-ratelimit-limit-concurrency"), num(max.into()))
+            .with_header(n("x-ratelimit-remaining-concurrency"), num(0))
+        };
+        let share = match cluster {
+            None => 1,
+            Some(c) => match c.claim_slot(&self.id, max).await {
+                Some(Ok(shared)) => {
+                    self.inflight.fetch_add(1, Ordering::AcqRel);
+                    return Ok(Slot {
+                        inflight: Arc::clone(&self.inflight),
+                        _shared: Some(shared),
+                    });
+                }
+                Some(Err(_)) => return Err(refused()),
+                None => {
+                    fallback("concurrency");
+                    c.share()
+                }
+            },
+        };
+        let local_max = self.local(share).concurrency.unwrap_or(max);
+        self.inflight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < local_max).then_some(n + 1)
+            })
+            .map_err(|_| refused())?;
+        Ok(Slot {
+            inflight: Arc::clone(&self.inflight),
+            _shared: None,
+        })
+    }
+
+    /// Tokens, then requests; a refusal of either charges neither.
+    async fn charge(
+        &self,
+        estimate: u64,
+        cluster: Option<&Arc<Cluster>>,
+    ) -> Result<(Option<Charge>, RateHeaders), ApiError> {
+        let tpm_limit = self.limits.tokens_per_minute.map(NonZeroU64::get);
+        let rpm_limit = self.limits.requests_per_minute.map(NonZeroU32::get);
+        if tpm_limit.is_none() && rpm_limit.is_none() {
+            return Ok((None, RateHeaders::new()));
+        }
+        let share = match cluster {
+            None => 1,
+            Some(c) => match c.charge(&self.id, tpm_limit, estimate, rpm_limit).await {
+                Some(Ok(left)) => {
+                    let mut headers = RateHeaders::new();
+                    if let (Some(limit), Some(left)) = (tpm_limit, left.tokens_left) {
+                        headers.push((n("x-ratelimit-limit-tokens"), num(limit)));
+                        headers.push((n("x-ratelimit-remaining-tokens"), num(left)));
+                    }
+                    if let (Some(limit), Some(left)) = (rpm_limit, left.requests_left) {
+                        headers.push((n("x-ratelimit-limit-requests"), num(limit.into())));
+                        headers.push((n("x-ratelimit-remaining-requests"), num(left)));
+                    }
+                    let charge = tpm_limit.map(|limit| Charge::Shared {
+                        cluster: Arc::clone(c),
+                        tenant: Arc::clone(&self.id),
+                        limit,
+                        charged: estimate,
+                    });
+                    return Ok((charge, headers));
+                }
+                Some(Err(Refused::Tokens(wait))) => {
+                    return Err(tokens_refused(tpm_limit.unwrap_or(0), wait));
+                }
+                Some(Err(Refused::Requests(wait))) => {
+                    return Err(requests_refused(rpm_limit.unwrap_or(0), wait));
+                }
+                Some(Err(Refused::Concurrency)) => return Ok((None, RateHeaders::new())),
+                None => {
+                    fallback("rate");
+                    c.share()
+                }
+            },
+        };
+        let local = self.local(share);
+        let mut headers = RateHeaders::new();
         let now = Instant::now();
-        let tpm = match &self.tpm {
+        let tpm = match &local.tpm {
             None => None,
             Some(b) => {
-                let left = b.take(estimate, now).map_err(|wait| {
-                    limited("tokens per minute exceeded for this tenant", wait)
-                        .with_header(n("x-ratelimit-limit-tokens"), num(b.capacity()))
-                        .with_header(n("x-ratelimit-remaining-tokens"), num(0))
-                        .with_header(n("x-ratelimit-reset-tokens"), secs(wait))
-                })?;
+                let left = b
+                    .take(estimate, now)
+                    .map_err(|wait| tokens_refused(b.capacity(), wait))?;
                 headers.push((n("x-ratelimit-limit-tokens"), num(b.capacity())));
                 headers.push((n("x-ratelimit-remaining-tokens"), num(left)));
-                Some((Arc::clone(b), estimate))
+                Some(Charge::Local(Arc::clone(b), estimate))
             }
         };
-        if let (Some(rpm), Some(limit)) = (&self.rpm, self.limits.requests_per_minute) {
+        if let Some((limit, rpm)) = &local.rpm {
             match rpm.check() {
                 Ok(snapshot) => {
                     headers.push((n("x-ratelimit-limit-requests"), num(limit.get().into())));
@@ -133,40 +279,40 @@ impl TenantState {
                     headers.push((n("x-ratelimit-remaining-requests"), num(left.into())));
                 }
                 Err(not_until) => {
-                    if let Some((b, charged)) = &tpm {
+                    if let Some(Charge::Local(b, charged)) = &tpm {
                         b.settle(*charged, 0, now);
                     }
                     let wait = not_until.wait_time_from(DefaultClock::default().now());
-                    return Err(
-                        limited("requests per minute exceeded for this tenant", wait)
-                            .with_header(n("x-ratelimit-limit-requests"), num(limit.get().into()))
-                            .with_header(n("x-ratelimit-remaining-requests"), num(0))
-                            .with_header(n("x-ratelimit-reset-requests"), secs(wait)),
-                    );
+                    return Err(requests_refused(limit.get(), wait));
                 }
             }
         }
-        let admission = Admission {
-            _slot: slot,
-            tpm,
-            settled: AtomicBool::new(false),
-        };
-        Ok((admission, headers))
+        Ok((tpm, headers))
     }
 
-    fn claim_slot(&self, max: u32) -> Option<Slot> {
-        self.inflight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Slot(Arc::clone(&self.inflight)))
-    }
-
-    /// Requests of this tenant now in flight.
+    /// Requests of this tenant now in flight on this replica.
     pub fn in_flight(&self) -> u32 {
         self.inflight.load(Ordering::Acquire)
     }
+}
+
+/// A limit decided locally because Redis could not answer in time.
+fn fallback(limit: &'static str) {
+    metrics::counter!(crate::telemetry::CLUSTER_FALLBACK, "limit" => limit).increment(1);
+}
+
+fn tokens_refused(limit: u64, wait: Duration) -> ApiError {
+    limited("tokens per minute exceeded for this tenant", wait)
+        .with_header(n("x-ratelimit-limit-tokens"), num(limit))
+        .with_header(n("x-ratelimit-remaining-tokens"), num(0))
+        .with_header(n("x-ratelimit-reset-tokens"), secs(wait))
+}
+
+fn requests_refused(limit: u32, wait: Duration) -> ApiError {
+    limited("requests per minute exceeded for this tenant", wait)
+        .with_header(n("x-ratelimit-limit-requests"), num(limit.into()))
+        .with_header(n("x-ratelimit-remaining-requests"), num(0))
+        .with_header(n("x-ratelimit-reset-requests"), secs(wait))
 }
 
 fn rpm_limiter(n: NonZeroU32) -> Rpm {
@@ -200,13 +346,51 @@ fn n(name: &'static str) -> HeaderName {
     HeaderName::from_static(name)
 }
 
-/// One concurrency slot of a tenant, released on drop.
+/// One concurrency slot of a tenant, released on drop: the local count,
+/// and the shared slot when Redis granted it.
 #[derive(Debug)]
-pub struct Slot(Arc<AtomicU32>);
+pub struct Slot {
+    inflight: Arc<AtomicU32>,
+    _shared: Option<ClusterSlot>,
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.inflight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A token charge waiting for the tokens the request really used.
+#[derive(Debug)]
+pub enum Charge {
+    Local(Arc<TokenBucket>, u64),
+    Shared {
+        cluster: Arc<Cluster>,
+        tenant: Arc<str>,
+        limit: u64,
+        charged: u64,
+    },
+}
+
+impl Charge {
+    /// Replace the estimate with the request's real cost: the reported
+    /// prompt tokens (or, unreported, the estimate) plus `completion`.
+    pub fn settle(self, prompt_tokens: Option<u64>, completion_tokens: u64) {
+        match self {
+            Charge::Local(bucket, charged) => {
+                let actual = prompt_tokens.unwrap_or(charged) + completion_tokens;
+                bucket.settle(charged, actual, Instant::now());
+            }
+            Charge::Shared {
+                cluster,
+                tenant,
+                limit,
+                charged,
+            } => {
+                let actual = prompt_tokens.unwrap_or(charged) + completion_tokens;
+                cluster.settle(&tenant, limit, charged, actual);
+            }
+        }
     }
 }
 
@@ -215,19 +399,31 @@ impl Drop for Slot {
 #[derive(Debug)]
 pub struct Admission {
     _slot: Option<Slot>,
-    tpm: Option<(Arc<TokenBucket>, u64)>,
-    settled: AtomicBool,
+    tpm: Mutex<Option<Charge>>,
 }
 
 impl Admission {
-    /// Replace the token estimate with what the upstream reported. Called
-    /// once when the response body ends; `None` keeps the estimate.
-    pub fn settle(&self, prompt_tokens: Option<u64>) {
-        if let (Some(actual), Some((bucket, charged))) = (prompt_tokens, &self.tpm)
-            && !self.settled.swap(true, Ordering::AcqRel)
-        {
-            bucket.settle(*charged, actual, Instant::now());
+    /// The token charge, to settle once the request's tokens are known;
+    /// `None` when the tenant has no token limit or it was already taken.
+    /// Dropping it unsettled keeps the estimate charged.
+    pub fn take_charge(&self) -> Option<Charge> {
+        self.tpm.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Settle now with what the upstream reported (see [`Charge::settle`]);
+    /// nothing reported keeps the estimate.
+    pub fn settle(&self, prompt_tokens: Option<u64>, completion_tokens: u64) {
+        if prompt_tokens.is_none() && completion_tokens == 0 {
+            return;
         }
+        if let Some(c) = self.take_charge() {
+            c.settle(prompt_tokens, completion_tokens);
+        }
+    }
+
+    /// Whether the tenant's tokens per minute still wait for this request's count.
+    pub fn counts_tokens(&self) -> bool {
+        self.tpm.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 }
 

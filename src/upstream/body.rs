@@ -17,8 +17,12 @@ use super::usage::{Usage, UsageScanner};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Called once with the reported usage when the body finishes or is dropped.
-pub type OnDone = Box<dyn FnOnce(Option<Usage>) + Send>;
+/// Called once with the reported usage when the body finishes or is dropped,
+/// and the chunks kept for counting (see [`UpstreamBody::keep_transcript`]).
+pub type OnDone = Box<dyn FnOnce(Option<Usage>, Option<Vec<Bytes>>) + Send>;
+
+/// Most bytes of a stream kept for counting its completion tokens.
+const TRANSCRIPT_LIMIT: usize = 16 << 20;
 
 pin_project_lite::pin_project! {
     pub struct UpstreamBody<S> {
@@ -31,13 +35,15 @@ pin_project_lite::pin_project! {
         scanner: UsageScanner,
         guard: Option<InflightGuard>,
         on_done: Option<OnDone>,
+        transcript: Option<Vec<Bytes>>,
+        kept: usize,
     }
 
     impl<S> PinnedDrop for UpstreamBody<S> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if let Some(done) = this.on_done.take() {
-                done(this.scanner.usage());
+                done(this.scanner.usage(), this.transcript.take());
             }
             this.guard.take();
         }
@@ -94,7 +100,16 @@ impl<S> UpstreamBody<S> {
             scanner: UsageScanner::default(),
             guard: Some(guard),
             on_done: Some(on_done),
+            transcript: None,
+            kept: 0,
         }
+    }
+
+    /// Keep the chunks that pass (refcounted, not copied), up to 16 MiB, for
+    /// `on_done` to count completion tokens from after the stream ended.
+    pub fn keep_transcript(mut self) -> Self {
+        self.transcript = Some(Vec::new());
+        self
     }
 }
 
@@ -117,6 +132,12 @@ where
                     g.prefill_done();
                 }
                 this.scanner.feed(&chunk);
+                if let Some(t) = this.transcript.as_mut()
+                    && *this.kept + chunk.len() <= TRANSCRIPT_LIMIT
+                {
+                    *this.kept += chunk.len();
+                    t.push(chunk.clone());
+                }
                 this.idle
                     .as_mut()
                     .reset(Instant::now() + *this.idle_timeout);
@@ -133,7 +154,7 @@ where
                 // Release the slot the moment the upstream is done, not when
                 // hyper gets round to dropping the body.
                 if let Some(done) = this.on_done.take() {
-                    done(this.scanner.usage());
+                    done(this.scanner.usage(), this.transcript.take());
                 }
                 this.guard.take();
                 Poll::Ready(None)

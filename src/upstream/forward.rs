@@ -263,28 +263,70 @@ fn client_response(
             .or_insert(HeaderValue::from_static("no-cache"));
     }
     let instance = Arc::clone(guard.instance());
+    // Only a stream that reports no usage needs its text counted, and only
+    // for a tenant with a token limit; the chunks are kept either way (by
+    // reference) because which kind it is shows only at its end.
+    let keep = is_sse && admission.as_ref().is_some_and(|a| a.counts_tokens());
     // The tenant's admission (concurrency slot, token charge) lives exactly
     // as long as this closure: until the body ends or the client leaves.
-    let on_done = Box::new(move |usage: Option<super::usage::Usage>| {
-        if let Some(a) = admission {
-            a.settle(usage.map(|u| u.prompt_tokens));
-        }
-        telemetry::request_duration(&instance.endpoint, api, started.elapsed());
-        if let Some(u) = usage {
-            telemetry::usage(
-                &instance.endpoint,
-                &instance.id,
-                u.prompt_tokens,
-                u.cached_tokens,
-            );
-        }
-    });
+    let on_done = Box::new(
+        move |usage: Option<super::usage::Usage>, transcript: Option<Vec<bytes::Bytes>>| {
+            if let Some(a) = admission {
+                settle(&a, usage, transcript, &instance.endpoint);
+            }
+            telemetry::request_duration(&instance.endpoint, api, started.elapsed());
+            if let Some(u) = usage {
+                telemetry::usage(
+                    &instance.endpoint,
+                    &instance.id,
+                    u.prompt_tokens,
+                    u.cached_tokens,
+                );
+            }
+        },
+    );
     let keepalive = keepalive.filter(|_| is_sse).map(KeepAlive::new);
     let body = UpstreamBody::new(upstream.bytes_stream(), guard, idle, keepalive, on_done);
+    let body = if keep { body.keep_transcript() } else { body };
     let mut resp = Response::new(Body::from_stream(body));
     *resp.status_mut() = status;
     *resp.headers_mut() = hdrs;
     resp
+}
+
+/// Charge the tenant's tokens per minute with what the request really used:
+/// the reported usage, or, for a stream without one, the prompt estimate
+/// plus the completion tokens counted from its text — on a blocking thread,
+/// after the last byte went to the client, so counting never delays one.
+fn settle(
+    admission: &crate::tenancy::Admission,
+    usage: Option<super::usage::Usage>,
+    transcript: Option<Vec<bytes::Bytes>>,
+    endpoint: &str,
+) {
+    // A usage object is the upstream's own count: trust it as it is.
+    let Some(chunks) = transcript.filter(|_| usage.is_none()) else {
+        if let Some(u) = usage.filter(|u| u.completion_tokens > 0) {
+            telemetry::completion_tokens(endpoint, "usage", u.completion_tokens);
+        }
+        admission.settle(
+            usage.map(|u| u.prompt_tokens),
+            usage.map_or(0, |u| u.completion_tokens),
+        );
+        return;
+    };
+    let (Some(charge), Ok(rt)) = (
+        admission.take_charge(),
+        tokio::runtime::Handle::try_current(),
+    ) else {
+        return;
+    };
+    let endpoint = endpoint.to_owned();
+    rt.spawn_blocking(move || {
+        let counted = super::completion::count(&chunks);
+        telemetry::completion_tokens(&endpoint, "counted", counted);
+        charge.settle(None, counted);
+    });
 }
 
 /// Undo a dispatch's index insert on an instance that did no work for it.

@@ -1,11 +1,13 @@
 //! Upstream instances and the trying of them: in-flight accounting
 //! ([`instance`]), sending with failover ([`forward`]) and the streamed
 //! response body that releases its slot when it ends or is dropped ([`body`]),
-//! upstream errors relayed in OpenAI's shape ([`relay_error`]), and what the
-//! client trusts for `https://` instances ([`tls`]).
+//! upstream errors relayed in OpenAI's shape ([`relay_error`]), what the
+//! client trusts for `https://` instances ([`tls`]), and the completion
+//! tokens of streams that report no usage ([`completion`]).
 
 mod body;
 pub mod capacity;
+pub mod completion;
 mod forward;
 mod headers;
 pub mod health;

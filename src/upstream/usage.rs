@@ -1,8 +1,8 @@
-//! Reads `usage` (prompt and cached tokens) out of a response as it passes,
+//! Reads `usage` (prompt, cached and completion tokens) out of a response as it passes,
 //! without buffering or delaying a byte.
 //!
 //! Written by hand because no crate parses JSON incrementally across
-//! arbitrary SSE chunk boundaries at this cost: we only look for two keys.
+//! arbitrary SSE chunk boundaries at this cost: we only look for three keys.
 //! The last value seen wins, so a window re-scanned across a chunk boundary
 //! can only repeat or correct what was found, never double-count.
 
@@ -10,6 +10,7 @@ use memchr::memmem;
 
 const PROMPT: &[u8] = b"\"prompt_tokens\":";
 const CACHED: &[u8] = b"\"cached_tokens\":";
+const COMPLETION: &[u8] = b"\"completion_tokens\":";
 /// Longest pattern plus room for a 20-digit number and whitespace.
 const TAIL: usize = 48;
 
@@ -18,12 +19,15 @@ const TAIL: usize = 48;
 pub struct Usage {
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
+    /// 0 when the usage object did not say.
+    pub completion_tokens: u64,
 }
 
 #[derive(Debug, Default)]
 pub struct UsageScanner {
     prompt: Option<u64>,
     cached: Option<u64>,
+    completion: Option<u64>,
     tail: Vec<u8>,
 }
 
@@ -47,6 +51,9 @@ impl UsageScanner {
         if let Some(v) = last_number_after(hay, CACHED) {
             self.cached = Some(v);
         }
+        if let Some(v) = last_number_after(hay, COMPLETION) {
+            self.completion = Some(v);
+        }
     }
 
     /// What was reported, if the response carried a usage object.
@@ -54,6 +61,7 @@ impl UsageScanner {
         self.prompt.map(|p| Usage {
             prompt_tokens: p,
             cached_tokens: self.cached.unwrap_or(0),
+            completion_tokens: self.completion.unwrap_or(0),
         })
     }
 }
@@ -85,7 +93,8 @@ mod tests {
             s.usage(),
             Some(Usage {
                 prompt_tokens: 1200,
-                cached_tokens: 1024
+                cached_tokens: 1024,
+                completion_tokens: 5,
             })
         );
     }
@@ -94,7 +103,7 @@ mod tests {
     fn survives_any_chunk_boundary() {
         let body = br#"data: {"choices":[]}
 
-data: {"choices":[],"usage":{"prompt_tokens":98765,"prompt_tokens_details":{"cached_tokens":43210}}}
+data: {"choices":[],"usage":{"prompt_tokens":98765,"completion_tokens":321,"prompt_tokens_details":{"cached_tokens":43210}}}
 
 data: [DONE]
 
@@ -107,7 +116,8 @@ data: [DONE]
                 s.usage(),
                 Some(Usage {
                     prompt_tokens: 98765,
-                    cached_tokens: 43210
+                    cached_tokens: 43210,
+                    completion_tokens: 321,
                 }),
                 "cut at {cut}"
             );

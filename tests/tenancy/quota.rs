@@ -295,3 +295,105 @@ async fn slow_uploads_hold_their_tenants_slots_before_the_body_is_read() {
     );
     uploads.clear();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_tokens_in_usage_count_against_tokens_per_minute() {
+    // 10 prompt tokens and 5,000 completion tokens on a 1,000-a-minute quota:
+    // only the completion puts the tenant 4,000 into debt.
+    const BODY: &str = r#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"long"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5000,"total_tokens":5010}}"#;
+    let up = Upstream::start("u0", Mode::Raw(200, "application/json", BODY)).await;
+    let gw = Gateway::start(&jwt_config(
+        &[&up],
+        "tenants:\n  overrides:\n    acme: { tokens_per_minute: 1000 }\n",
+    ))
+    .await;
+    let acme = hs256(&claims("acme"));
+    let resp = chat(&gw, &acme, &small_chat("q")).await;
+    assert_eq!(resp.status(), 200);
+    resp.bytes().await.unwrap();
+    let q = small_chat("q");
+    let resp = until("a 429", || chat(&gw, &acme, &q), |r| r.status() == 429).await;
+    let retry = expect_429(resp, "completion tokens in debt").await;
+    // Prompt tokens alone (10) would leave the bucket nearly full.
+    assert!(
+        retry >= 120,
+        "retry-after {retry}: completion tokens not charged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_usage_is_charged_its_counted_completion_tokens() {
+    let words = "The quick brown fox jumps over the lazy dog; naïve café owners \
+                 count 12,345 tokens in 2026. ";
+    let deltas: Vec<String> = words
+        .repeat(60)
+        .split_inclusive(' ')
+        .map(str::to_owned)
+        .collect();
+    let text: String = deltas.concat();
+    let want = tiktoken_rs::o200k_base_singleton()
+        .encode_ordinary(&text)
+        .len() as u64;
+    assert!(want > 1000, "{want}");
+    let mut chunks: Vec<String> = deltas
+        .chunks(7)
+        .map(|d| {
+            let content = serde_json::to_string(&d.concat()).unwrap();
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{content}}}}}]}}\n\n"
+            )
+        })
+        .collect();
+    chunks.push("data: [DONE]\n\n".into());
+    let up = Upstream::start(
+        "u0",
+        Mode::Stream {
+            chunks,
+            gap: Duration::from_millis(1),
+        },
+    )
+    .await;
+    // Its own endpoint name, so no other test's streams add to its metric.
+    let yaml = jwt_config(
+        &[&up],
+        "tenants:\n  overrides:\n    acme: { tokens_per_minute: 600 }\n",
+    )
+    .replace("name: chat", "name: counting");
+    let gw = Gateway::start(&yaml).await;
+    let acme = hs256(&claims("acme"));
+    let body = chat_body(MODEL, "s", "tell me", true);
+    let estimate = (serde_json::to_vec(&body).unwrap().len() as u64).div_ceil(4);
+    let resp = chat(&gw, &acme, &body).await;
+    assert_eq!(resp.status(), 200);
+    let streamed = resp.bytes().await.unwrap();
+    assert!(streamed.ends_with(b"data: [DONE]\n\n"));
+    let series = "kvgate_completion_tokens_total{endpoint=\"counting\",source=\"counted\"} ";
+    let mut counted = None;
+    for _ in 0..200 {
+        let m = gw.metrics().await;
+        counted = m
+            .lines()
+            .find_map(|l| l.strip_prefix(series))
+            .map(|v| v.parse::<u64>().unwrap());
+        if counted.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        counted,
+        Some(want),
+        "counted tokens vs tiktoken's count of the text"
+    );
+    // The bucket: 600 - estimate, settled to 600 - (estimate + counted): in
+    // debt by about `want`, refilling at 10 a second.
+    let q = small_chat("q");
+    let next = (serde_json::to_vec(&q).unwrap().len() as u64).div_ceil(4);
+    let resp = chat(&gw, &acme, &q).await;
+    let retry = expect_429(resp, "counted completion tokens in debt").await;
+    let expected = (estimate + want + next).saturating_sub(600) / 10;
+    assert!(
+        retry.abs_diff(expected) <= 3,
+        "retry-after {retry}, expected about {expected}"
+    );
+}
