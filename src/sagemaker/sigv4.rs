@@ -45,7 +45,30 @@ pub struct Sigv4Verifier {
     region: String,
     keys: HashMap<String, (Arc<str>, Arc<str>)>,
     unverified: Arc<Semaphore>,
+    /// Each access key id's own share of the permits (a quarter of them).
+    per_key: HashMap<String, Arc<Semaphore>>,
     max_unverified: usize,
+}
+
+/// The permit pools, by (access key id or "" for the whole pool, size), kept
+/// for the process: a reload builds a new verifier, and uploads still being
+/// received must keep counting against the same pools.
+static POOLS: std::sync::Mutex<Vec<((String, usize), std::sync::Weak<Semaphore>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn pool(key: &str, permits: usize) -> Arc<Semaphore> {
+    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    pools.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(live) = pools
+        .iter()
+        .find(|((k, n), _)| k == key && *n == permits)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return live;
+    }
+    let fresh = Arc::new(Semaphore::new(permits));
+    pools.push(((key.to_owned(), permits), Arc::downgrade(&fresh)));
+    fresh
 }
 
 impl std::fmt::Debug for Sigv4Verifier {
@@ -164,11 +187,12 @@ pub struct Pending {
     signed_headers: Vec<String>,
     signature: String,
     _permit: OwnedSemaphorePermit,
+    _key_permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Sigv4Verifier {
     pub fn new(region: String, credentials: Vec<Credential>, max_unverified: usize) -> Self {
-        let keys = credentials
+        let keys: HashMap<String, (Arc<str>, Arc<str>)> = credentials
             .into_iter()
             .map(|c| {
                 (
@@ -177,10 +201,18 @@ impl Sigv4Verifier {
                 )
             })
             .collect();
+        // One key id (which is not a secret) can stall at most its own share
+        // of the unverified uploads, never every SigV4 tenant's.
+        let share = max_unverified.div_ceil(4).max(1);
+        let per_key = keys
+            .keys()
+            .map(|k| (k.clone(), pool(k, share)))
+            .collect();
         Self {
             region,
             keys,
-            unverified: Arc::new(Semaphore::new(max_unverified)),
+            unverified: pool("", max_unverified),
+            per_key,
             max_unverified,
         }
     }
@@ -235,6 +267,18 @@ impl Sigv4Verifier {
                 return Err(invalid(format!("{required} must be a signed header")));
             }
         }
+        let busy = || {
+            ApiError::new(
+                ErrorKind::RateLimited,
+                "this access key's signed uploads are already being received: retry shortly",
+            )
+            .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"))
+        };
+        let key_permit = self
+            .per_key
+            .get(p.access_key_id)
+            .map(|s| Arc::clone(s).try_acquire_owned().map_err(|_| busy()))
+            .transpose()?;
         let permit = Arc::clone(&self.unverified)
             .try_acquire_owned()
             .map_err(|_| {
@@ -256,6 +300,7 @@ impl Sigv4Verifier {
             signed_headers: p.signed_headers.iter().map(|s| (*s).to_owned()).collect(),
             signature: p.signature.to_owned(),
             _permit: permit,
+            _key_permit: key_permit,
         })
     }
 }

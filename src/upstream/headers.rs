@@ -35,6 +35,8 @@ pub fn upstream_request(client: &HeaderMap) -> HeaderMap {
             || name == header::HOST
             || name == header::CONTENT_LENGTH
             || name == header::AUTHORIZATION
+            // An AWS session token is a credential too (SigV4 clients send it).
+            || name.as_str() == "x-amz-security-token"
             || named_by_connection.iter().any(|n| n == name.as_str())
         {
             continue;
@@ -44,13 +46,18 @@ pub fn upstream_request(client: &HeaderMap) -> HeaderMap {
     out
 }
 
-/// Headers for the client's response: the upstream's minus hop-by-hop ones
-/// and `server` (which engine and version runs behind the gateway is the
-/// operator's business, not the client's).
+/// Headers for the client's response: the upstream's minus hop-by-hop ones,
+/// `server` (which engine and version runs behind the gateway is the
+/// operator's business, not the client's) and `x-amzn-errortype` (on the
+/// SageMaker wire kvgate says what an upstream failure was, as `ModelError`;
+/// an upstream's own would skip that mapping).
 pub fn client_response(upstream: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(upstream.len() + 2);
     for (name, value) in upstream {
-        if !is_hop_by_hop(name) && name != axum::http::header::SERVER {
+        if !is_hop_by_hop(name)
+            && name != axum::http::header::SERVER
+            && name.as_str() != "x-amzn-errortype"
+        {
             out.append(name.clone(), value.clone());
         }
     }
@@ -97,5 +104,21 @@ mod tests {
         let out = client_response(&h);
         assert!(!out.contains_key(header::SERVER));
         assert!(out.contains_key(header::CONTENT_TYPE));
+    }
+
+    #[test]
+    fn aws_credentials_and_error_types_stay_on_their_side() {
+        let mut h = HeaderMap::new();
+        h.insert("x-amz-security-token", HeaderValue::from_static("session"));
+        h.insert("x-amz-date", HeaderValue::from_static("20261201T000000Z"));
+        let out = upstream_request(&h);
+        assert!(!out.contains_key("x-amz-security-token"));
+        assert!(out.contains_key("x-amz-date"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-amzn-errortype",
+            HeaderValue::from_static("InternalFailure"),
+        );
+        assert!(client_response(&h).is_empty());
     }
 }
