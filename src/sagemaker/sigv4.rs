@@ -53,8 +53,10 @@ pub struct Sigv4Verifier {
 /// The permit pools, by (access key id or "" for the whole pool, size), kept
 /// for the process: a reload builds a new verifier, and uploads still being
 /// received must keep counting against the same pools.
-static POOLS: std::sync::Mutex<Vec<((String, usize), std::sync::Weak<Semaphore>)>> =
-    std::sync::Mutex::new(Vec::new());
+static POOLS: std::sync::Mutex<Vec<Pool>> = std::sync::Mutex::new(Vec::new());
+
+/// (access key id, permits) and the pool, while anything holds it.
+type Pool = ((String, usize), std::sync::Weak<Semaphore>);
 
 fn pool(key: &str, permits: usize) -> Arc<Semaphore> {
     let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
@@ -204,10 +206,7 @@ impl Sigv4Verifier {
         // One key id (which is not a secret) can stall at most its own share
         // of the unverified uploads, never every SigV4 tenant's.
         let share = max_unverified.div_ceil(4).max(1);
-        let per_key = keys
-            .keys()
-            .map(|k| (k.clone(), pool(k, share)))
-            .collect();
+        let per_key = keys.keys().map(|k| (k.clone(), pool(k, share))).collect();
         Self {
             region,
             keys,
