@@ -18,6 +18,8 @@ pub enum ErrorKind {
     /// The request body did not arrive within `server.timeouts.body_read_ms`.
     RequestTimeout,
     ModelNotFound,
+    /// A response id this tenant was not issued, or whose instance is gone.
+    ResponseNotFound,
     EndpointNotFound,
     RouteNotFound,
     MethodNotAllowed,
@@ -40,9 +42,10 @@ impl ErrorKind {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::ModelNotFound | Self::EndpointNotFound | Self::RouteNotFound => {
-                StatusCode::NOT_FOUND
-            }
+            Self::ModelNotFound
+            | Self::ResponseNotFound
+            | Self::EndpointNotFound
+            | Self::RouteNotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Forbidden => StatusCode::FORBIDDEN,
@@ -63,6 +66,7 @@ impl ErrorKind {
             | Self::PayloadTooLarge
             | Self::RequestTimeout
             | Self::ModelNotFound
+            | Self::ResponseNotFound
             | Self::EndpointNotFound
             | Self::RouteNotFound
             | Self::MethodNotAllowed => "invalid_request_error",
@@ -84,6 +88,7 @@ impl ErrorKind {
             Self::PayloadTooLarge => "payload_too_large",
             Self::RequestTimeout => "request_timeout",
             Self::ModelNotFound => "model_not_found",
+            Self::ResponseNotFound => "response_not_found",
             Self::EndpointNotFound => "endpoint_not_found",
             Self::RouteNotFound => "route_not_found",
             Self::MethodNotAllowed => "method_not_allowed",

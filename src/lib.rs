@@ -21,6 +21,7 @@ pub mod explain;
 pub mod kv_events;
 pub mod kv_prompt;
 pub mod middleware;
+pub mod openai;
 pub mod route_input;
 pub mod routing;
 mod server;

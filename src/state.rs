@@ -148,6 +148,7 @@ impl Runtime {
         let mut by_model = HashMap::new();
         let mut by_name = HashMap::new();
         for ec in &config.endpoints {
+            crate::telemetry::endpoint_series(&ec.name);
             let old = previous.and_then(|p| p.endpoint(&ec.name));
             let instances: Vec<Arc<Instance>> = ec
                 .instances

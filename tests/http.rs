@@ -9,6 +9,8 @@
 )]
 
 mod common;
+#[path = "http/openai.rs"]
+mod openai;
 
 use std::time::Duration;
 

@@ -410,10 +410,10 @@ async fn a_fresh_process_lists_every_instance_and_describes_every_family() {
         .await
         .unwrap();
     for id in ["a", "b"] {
-        let series = format!("kvgate_instance_healthy{{endpoint=\"fresh\",instance=\"{id}\"}} 1");
+        let series = format!("kvgate_instance_healthy{{endpoint=\"fresh\",upstream=\"{id}\"}} 1");
         assert!(text.contains(&series), "{series} missing:\n{text}");
         assert!(text.contains(&format!(
-            "kvgate_instance_in_flight{{endpoint=\"fresh\",instance=\"{id}\"}} 0"
+            "kvgate_instance_in_flight{{endpoint=\"fresh\",upstream=\"{id}\"}} 0"
         )));
     }
     for family in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {

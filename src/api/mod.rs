@@ -2,6 +2,7 @@
 
 mod admin;
 mod proxy;
+mod responses;
 
 use std::sync::Arc;
 
@@ -43,6 +44,19 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
             post(proxy::handle),
         ),
         ("post", "/v1/completions", Inference, post(proxy::handle)),
+        ("post", "/v1/responses", Inference, post(proxy::handle)),
+        ("post", "/v1/embeddings", Inference, post(proxy::handle)),
+        ("post", "/tokenize", Inference, post(proxy::handle)),
+        ("post", "/detokenize", Inference, post(proxy::handle)),
+        ("post", "/v1/score", Inference, post(proxy::handle)),
+        ("post", "/v1/rerank", Inference, post(proxy::handle)),
+        ("post", "/pooling", Inference, post(proxy::handle)),
+        (
+            "post",
+            "/v1/audio/transcriptions",
+            Inference,
+            post(proxy::handle),
+        ),
         (
             "post",
             "/endpoints/{endpoint}/invocations",
@@ -56,6 +70,30 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
             post(proxy::handle),
         ),
         ("get", "/v1/models", Authenticated, get(admin::models)),
+        (
+            "get",
+            "/v1/models/{*model}",
+            Authenticated,
+            get(admin::model),
+        ),
+        (
+            "get",
+            "/v1/responses/{id}",
+            Authenticated,
+            get(responses::by_id),
+        ),
+        (
+            "delete",
+            "/v1/responses/{id}",
+            Authenticated,
+            axum::routing::delete(responses::by_id),
+        ),
+        (
+            "post",
+            "/v1/responses/{id}/cancel",
+            Authenticated,
+            post(responses::by_id),
+        ),
         (
             "post",
             "/admin/explain/{*path}",

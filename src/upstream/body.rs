@@ -12,6 +12,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 use tokio::time::{Instant, Sleep};
 
+use super::first_token::FirstToken;
 use super::instance::InflightGuard;
 use super::usage::{Usage, UsageScanner};
 
@@ -29,6 +30,8 @@ pin_project_lite::pin_project! {
         idle_timeout: Duration,
         keepalive: Option<KeepAlive>,
         scanner: UsageScanner,
+        // Time to first token: the probe and when the request arrived.
+        first_token: Option<(FirstToken, std::time::Instant)>,
         guard: Option<InflightGuard>,
         on_done: Option<OnDone>,
     }
@@ -84,6 +87,7 @@ impl<S> UpstreamBody<S> {
         guard: InflightGuard,
         idle_timeout: Duration,
         keepalive: Option<KeepAlive>,
+        first_token: Option<(FirstToken, std::time::Instant)>,
         on_done: OnDone,
     ) -> Self {
         Self {
@@ -92,6 +96,7 @@ impl<S> UpstreamBody<S> {
             idle_timeout,
             keepalive,
             scanner: UsageScanner::default(),
+            first_token,
             guard: Some(guard),
             on_done: Some(on_done),
         }
@@ -117,6 +122,13 @@ where
                     g.prefill_done();
                 }
                 this.scanner.feed(&chunk);
+                if let (Some((probe, since)), Some(g)) =
+                    (this.first_token.as_mut(), this.guard.as_ref())
+                    && probe.feed(&chunk)
+                {
+                    let inst = g.instance();
+                    crate::telemetry::first_token(&inst.endpoint, &inst.id, since.elapsed());
+                }
                 this.idle
                     .as_mut()
                     .reset(Instant::now() + *this.idle_timeout);

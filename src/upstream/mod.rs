@@ -5,6 +5,7 @@
 
 mod body;
 pub mod capacity;
+mod first_token;
 mod forward;
 mod headers;
 pub mod health;
@@ -12,5 +13,6 @@ mod instance;
 mod relay_error;
 mod usage;
 
+pub use first_token::TokenEvent;
 pub use forward::{Forward, forward};
 pub use instance::{InflightGuard, Instance};

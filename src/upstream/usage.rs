@@ -10,6 +10,10 @@ use memchr::memmem;
 
 const PROMPT: &[u8] = b"\"prompt_tokens\":";
 const CACHED: &[u8] = b"\"cached_tokens\":";
+const COMPLETION: &[u8] = b"\"completion_tokens\":";
+/// The Responses API's names for the same two counts.
+const INPUT: &[u8] = b"\"input_tokens\":";
+const OUTPUT: &[u8] = b"\"output_tokens\":";
 /// Longest pattern plus room for a 20-digit number and whitespace.
 const TAIL: usize = 48;
 
@@ -18,12 +22,14 @@ const TAIL: usize = 48;
 pub struct Usage {
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
+    pub completion_tokens: u64,
 }
 
 #[derive(Debug, Default)]
 pub struct UsageScanner {
     prompt: Option<u64>,
     cached: Option<u64>,
+    completion: Option<u64>,
     tail: Vec<u8>,
 }
 
@@ -41,8 +47,15 @@ impl UsageScanner {
     }
 
     fn scan(&mut self, hay: &[u8]) {
-        if let Some(v) = last_number_after(hay, PROMPT) {
-            self.prompt = Some(v);
+        for pat in [PROMPT, INPUT] {
+            if let Some(v) = last_number_after(hay, pat) {
+                self.prompt = Some(v);
+            }
+        }
+        for pat in [COMPLETION, OUTPUT] {
+            if let Some(v) = last_number_after(hay, pat) {
+                self.completion = Some(v);
+            }
         }
         if let Some(v) = last_number_after(hay, CACHED) {
             self.cached = Some(v);
@@ -54,6 +67,7 @@ impl UsageScanner {
         self.prompt.map(|p| Usage {
             prompt_tokens: p,
             cached_tokens: self.cached.unwrap_or(0),
+            completion_tokens: self.completion.unwrap_or(0),
         })
     }
 }
@@ -85,7 +99,8 @@ mod tests {
             s.usage(),
             Some(Usage {
                 prompt_tokens: 1200,
-                cached_tokens: 1024
+                cached_tokens: 1024,
+                completion_tokens: 5,
             })
         );
     }
@@ -107,11 +122,26 @@ data: [DONE]
                 s.usage(),
                 Some(Usage {
                     prompt_tokens: 98765,
-                    cached_tokens: 43210
+                    cached_tokens: 43210,
+                    completion_tokens: 0,
                 }),
                 "cut at {cut}"
             );
         }
+    }
+
+    #[test]
+    fn reads_the_responses_api_usage() {
+        let mut s = UsageScanner::default();
+        s.feed(br#"data: {"type":"response.completed","response":{"usage":{"input_tokens":40,"input_tokens_details":{"cached_tokens":32},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":47}}}"#);
+        assert_eq!(
+            s.usage(),
+            Some(Usage {
+                prompt_tokens: 40,
+                cached_tokens: 32,
+                completion_tokens: 7
+            })
+        );
     }
 
     #[test]
