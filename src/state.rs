@@ -313,8 +313,10 @@ impl AppState {
         // Instances were built before the recorder existed: publish their
         // gauges now, so a fresh gateway's /metrics lists every instance.
         for ep in &runtime.endpoints {
+            crate::telemetry::endpoint_series(ep.name());
             for inst in &ep.instances {
                 inst.publish_gauges();
+                crate::telemetry::instance_series(ep.name(), &inst.id);
             }
         }
         Arc::new(Self {

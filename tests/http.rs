@@ -11,6 +11,8 @@
 mod common;
 #[path = "http/openai.rs"]
 mod openai;
+#[path = "http/sdk.rs"]
+mod sdk;
 
 use std::time::Duration;
 

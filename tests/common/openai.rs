@@ -86,19 +86,54 @@ pub fn answer(state: &UpstreamState, method: &str, path: &str, body: &Bytes) -> 
         created["status"] = json!("in_progress");
         created["output"] = json!([]);
         created["usage"] = Value::Null;
+        let text = format!("hi from {}", state.name);
+        let item = json!({"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []});
+        let part = json!({"type": "output_text", "text": "", "annotations": []});
+        let done_part = json!({"type": "output_text", "text": text, "annotations": []});
+        let ev = |seq: u64, kind: &str, mut extra: Value| {
+            extra["type"] = json!(kind);
+            extra["sequence_number"] = json!(seq);
+            (kind.to_owned(), extra)
+        };
+        let at = json!({"item_id": "msg_1", "output_index": 0, "content_index": 0});
+        let with = |mut base: Value, k: &str, v: Value| {
+            base[k] = v;
+            base
+        };
         let events = [
-            (
-                "response.created",
-                json!({"type": "response.created", "sequence_number": 0, "response": created}),
+            ev(0, "response.created", json!({"response": created.clone()})),
+            ev(1, "response.in_progress", json!({"response": created})),
+            ev(
+                2,
+                "response.output_item.added",
+                json!({"output_index": 0, "item": item}),
             ),
-            (
+            ev(
+                3,
+                "response.content_part.added",
+                with(at.clone(), "part", part),
+            ),
+            ev(
+                4,
                 "response.output_text.delta",
-                json!({"content_index": 0, "delta": format!("hi from {}", state.name), "item_id": "msg_1", "output_index": 0, "sequence_number": 1, "type": "response.output_text.delta", "logprobs": []}),
+                with(
+                    with(at.clone(), "delta", json!(text)),
+                    "logprobs",
+                    json!([]),
+                ),
             ),
-            (
-                "response.completed",
-                json!({"type": "response.completed", "sequence_number": 2, "response": obj}),
+            ev(
+                5,
+                "response.output_text.done",
+                with(with(at.clone(), "text", json!(text)), "logprobs", json!([])),
             ),
+            ev(6, "response.content_part.done", with(at, "part", done_part)),
+            ev(
+                7,
+                "response.output_item.done",
+                json!({"output_index": 0, "item": obj["output"][0]}),
+            ),
+            ev(8, "response.completed", json!({"response": obj})),
         ];
         let sse: String = events
             .iter()
