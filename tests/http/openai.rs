@@ -3,6 +3,7 @@
 //! passing), embeddings, `GET /v1/models/{model}`, and vLLM's pass-through
 //! routes, multipart uploads included, against real HTTP upstreams.
 
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use super::*;
@@ -370,4 +371,66 @@ async fn a_model_is_retrieved_by_an_id_with_slashes() {
         .unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(json_of(r).await["error"]["code"], "model_not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_stream_arrives_event_by_event_and_leaving_it_closes_the_upstream() {
+    let created = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_up_1\"}}\n\n";
+    let delta = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n";
+    let up = Upstream::start(
+        "u0",
+        Mode::Stream {
+            chunks: vec![created.into(), delta.into(), delta.into()],
+            gap: std::time::Duration::from_secs(60),
+        },
+    )
+    .await;
+    let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;
+    let mut body = responses_body("stream", None);
+    body["stream"] = json!(true);
+    let resp = gw.post("/v1/responses", &body).await;
+    let mut stream = resp.bytes_stream();
+    // The first event comes before the upstream's next, rewritten.
+    let first = tokio::time::timeout(std::time::Duration::from_secs(20), stream.next())
+        .await
+        .expect("the first event was held back")
+        .unwrap()
+        .unwrap();
+    let first = String::from_utf8(first.to_vec()).unwrap();
+    assert!(
+        first.contains("resp_kvg1_") && !first.contains("resp_up_1"),
+        "{first}"
+    );
+    drop(stream);
+    eventually("upstream stream cancelled", || up.cancelled() == 1).await;
+    gw.drained().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_responses_input_is_a_400_and_never_forwarded() {
+    let up = Upstream::start("u0", Mode::Json).await;
+    let gw = Gateway::start(&config(MODEL, &[&up], "longest_prefix", 10)).await;
+    for (bad, param) in [
+        (json!({"model": MODEL}), "input"),
+        (json!({"model": MODEL, "input": 1}), "input"),
+        (json!({"model": MODEL, "input": [3]}), "input[0]"),
+        (
+            json!({"model": MODEL, "input": "x", "instructions": []}),
+            "instructions",
+        ),
+        (
+            json!({"model": MODEL, "input": "x", "previous_response_id": 5}),
+            "previous_response_id",
+        ),
+        (
+            json!({"model": MODEL, "input": "x", "stream": "yes"}),
+            "stream",
+        ),
+        (json!({"input": "x"}), "model"),
+    ] {
+        let r = gw.post("/v1/responses", &bad).await;
+        assert_eq!(r.status(), 400, "{bad}");
+        assert_eq!(json_of(r).await["error"]["param"], param, "{bad}");
+    }
+    assert_eq!(up.hits(), 0);
 }
