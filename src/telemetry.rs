@@ -71,6 +71,10 @@ pub fn handle() -> PrometheusHandle {
             // then our handle renders only what we record through it, which is nothing.
             let _ = metrics::set_global_recorder(recorder);
             describe();
+            // Reload results are there before the first reload.
+            for result in ["ok", "error"] {
+                counter!(CONFIG_RELOADS, "result" => result).increment(0);
+            }
             handle
         })
         .clone()
@@ -96,7 +100,7 @@ fn describe() {
     describe_histogram!(
         TTFT,
         metrics::Unit::Seconds,
-        "Time to first token of streamed answers: from the request's arrival to the first SSE data event with output"
+        "Time to first token of streamed answers: from the gateway routing the request to the first SSE data event with output"
     );
     describe_histogram!(
         ROUTING_DURATION,
@@ -262,6 +266,7 @@ pub fn endpoint_series(endpoint: &str) {
         let _ = histogram!(REQUEST_DURATION, "endpoint" => endpoint.to_owned(), "api" => api);
     }
     let _ = histogram!(ROUTING_DURATION);
+    let _ = histogram!(MATCHED_FRACTION, "endpoint" => endpoint.to_owned());
 }
 
 pub fn retry(endpoint: &str, instance: &str, why: &'static str) {

@@ -9,6 +9,8 @@
 )]
 
 mod common;
+#[path = "http/dashboards.rs"]
+mod dashboards;
 #[path = "http/openai.rs"]
 mod openai;
 #[path = "http/sdk.rs"]

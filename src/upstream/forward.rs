@@ -97,8 +97,10 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         };
         telemetry::routing_decision(ep.name(), &instance.id, outcome, routing_took);
         let load = loads.get(idx).copied().unwrap_or_default();
-        // Only what the strategy placed is charged to its index.
-        let indexed = !f.input.chain.is_empty() && f.input.placement == Placement::Policy;
+        // Prompts (a pinned follow-up's too) are charged to the index where
+        // they go; what is placed by load alone has no cache to remember.
+        let indexed =
+            ep.config.routing.strategy.uses_index() && f.input.placement != Placement::Load;
         let guard = instance.claim(ep.policy.queued_charge(&request, &load));
         // The instance will cache what it prefills; a request that never gets
         // there, or that it refuses, is taken back out below.
