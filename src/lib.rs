@@ -22,6 +22,7 @@ pub mod kv_events;
 pub mod kv_prompt;
 pub mod middleware;
 pub mod openai;
+pub mod otel;
 pub mod route_input;
 pub mod routing;
 mod server;

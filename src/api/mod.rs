@@ -147,8 +147,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             ServiceBuilder::new()
                 // Keep the client's x-request-id or make one, before anything logs.
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-                // One span per request, carrying the id.
-                .layer(TraceLayer::new_for_http())
+                // One span per request, carrying the id (and the client's trace
+                // context when OpenTelemetry is on).
+                .layer(TraceLayer::new_for_http().make_span_with(crate::otel::MakeSpan))
                 // Echo the id on every response, errors included.
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
                 // Framing that could smuggle a request: refused first.

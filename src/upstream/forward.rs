@@ -74,6 +74,8 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
     let routing_took = started.elapsed();
 
     let mut upstream_headers = headers::upstream_request(f.headers);
+    // The trace continues upstream (a no-op unless OpenTelemetry is on).
+    crate::otel::inject(&mut upstream_headers);
     // The endpoint's own credential; the client's was dropped just above.
     if let Some(auth) = &ep.config.upstream_authorization {
         upstream_headers.insert(header::AUTHORIZATION, auth.clone());
