@@ -50,7 +50,7 @@ async fn prepare(
             server.timeouts.body_read,
         )
         .await?;
-        let input = crate::route_input::upload(&runtime, route, model)?;
+        let input = crate::openai::input::upload(&runtime, route, model)?;
         parts.extensions.insert(input);
         parts.extensions.insert(runtime);
         return Ok(Request::from_parts(parts, body));
