@@ -40,7 +40,12 @@ pub async fn by_id(
     let Some(issued) = scope.decode(&id) else {
         return not_found();
     };
-    let Some(endpoint) = runtime.endpoint(&issued.endpoint) else {
+    // The endpoint whose instance the id names (tags are per endpoint).
+    let Some((endpoint, instance)) = runtime
+        .endpoints
+        .iter()
+        .find_map(|ep| scope.instance_of(&issued, ep).map(|i| (ep, i.id.clone())))
+    else {
         return not_found();
     };
     let mut path = format!("/v1/responses/{}", issued.upstream);
@@ -53,7 +58,7 @@ pub async fn by_id(
     let input = RouteInput {
         api: Route::ResponseById.api(),
         route: Route::ResponseById,
-        placement: Placement::Pinned(issued.instance),
+        placement: Placement::Pinned(instance),
         ids: Some(scope),
         upload: false,
         endpoint: Arc::clone(endpoint),

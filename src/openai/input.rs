@@ -92,16 +92,14 @@ pub fn previous_response(
             ));
         }
     };
-    let issued = scope
-        .decode(id)
-        .filter(|i| i.endpoint == endpoint.name())
-        .ok_or_else(|| not_found(id, ""))?;
-    if !endpoint.instances.iter().any(|i| i.id == issued.instance) {
-        return Err(not_found(
+    let issued = scope.decode(id).ok_or_else(|| not_found(id, ""))?;
+    // Issued to this tenant, so it named an instance: one that has left.
+    let instance = scope.instance_of(&issued, endpoint).ok_or_else(|| {
+        not_found(
             id,
             ": the instance that stored it is no longer part of the endpoint",
-        ));
-    }
+        )
+    })?;
     let rewritten =
         crate::openai::response_id::replace_values(body, &["previous_response_id"], |v| {
             (v == id).then(|| issued.upstream.clone())
@@ -112,5 +110,5 @@ pub fn previous_response(
                 "`previous_response_id` must be a plain string",
             )
         })?;
-    Ok((issued.instance, rewritten.into()))
+    Ok((instance.id.clone(), rewritten.into()))
 }

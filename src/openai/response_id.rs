@@ -36,10 +36,12 @@ pub struct IdScope {
 /// What a kvgate response id names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Issued {
-    pub endpoint: String,
-    pub instance: String,
+    /// The instance's tag ([`IdScope::tag`]).
+    pub tag: [u8; TAG_BYTES],
     pub upstream: String,
 }
+
+const TAG_BYTES: usize = 8;
 
 impl IdScope {
     pub fn new(secret: Option<&crate::tenancy::settings::Secret>, tenant: &str) -> Self {
@@ -49,31 +51,60 @@ impl IdScope {
         }
     }
 
-    fn mac(&self, payload: &[u8]) -> Vec<u8> {
+    fn hmac(&self, parts: &[&[u8]]) -> Vec<u8> {
         // HMAC takes keys of any length; the fallback is never taken.
         let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key) else {
             return Vec::new();
         };
-        mac.update(CONTEXT);
-        mac.update(self.tenant.as_bytes());
-        mac.update(&[0]);
-        mac.update(payload);
-        mac.finalize().into_bytes()[..MAC_BYTES].to_vec()
+        for p in parts {
+            mac.update(p);
+        }
+        mac.finalize().into_bytes().to_vec()
+    }
+
+    fn mac(&self, payload: &[u8]) -> Vec<u8> {
+        let mut m = self.hmac(&[CONTEXT, self.tenant.as_bytes(), &[0], payload]);
+        m.truncate(MAC_BYTES);
+        m
+    }
+
+    /// An instance's opaque name in ids: the same on every replica, and no
+    /// instance URL reaches a client.
+    pub fn tag(&self, endpoint: &str, instance: &str) -> [u8; TAG_BYTES] {
+        let m = self.hmac(&[
+            b"instance\0",
+            endpoint.as_bytes(),
+            &[0],
+            instance.as_bytes(),
+        ]);
+        let mut tag = [0; TAG_BYTES];
+        for (t, b) in tag.iter_mut().zip(m) {
+            *t = b;
+        }
+        tag
     }
 
     /// The id the client sees for the upstream's `upstream` on `instance`.
     pub fn encode(&self, endpoint: &str, instance: &str, upstream: &str) -> String {
-        let payload = [
-            endpoint.as_bytes(),
-            instance.as_bytes(),
-            upstream.as_bytes(),
-        ]
-        .join(&0u8);
+        let mut payload = self.tag(endpoint, instance).to_vec();
+        payload.extend_from_slice(upstream.as_bytes());
         format!(
             "{PREFIX}{}_{}",
             hex::encode(&payload),
             hex::encode(self.mac(&payload))
         )
+    }
+
+    /// The instance of `endpoint` an issued id names, if it is still there.
+    pub fn instance_of<'a>(
+        &self,
+        issued: &Issued,
+        endpoint: &'a crate::state::Endpoint,
+    ) -> Option<&'a std::sync::Arc<crate::upstream::Instance>> {
+        endpoint
+            .instances
+            .iter()
+            .find(|i| self.tag(endpoint.name(), &i.id) == issued.tag)
     }
 
     /// What an id names, if kvgate issued it to this tenant.
@@ -88,14 +119,11 @@ impl IdScope {
         {
             return None;
         }
-        let mut parts = payload.split(|&b| b == 0);
-        let mut next = || String::from_utf8(parts.next()?.to_vec()).ok();
-        let issued = Issued {
-            endpoint: next()?,
-            instance: next()?,
-            upstream: next()?,
-        };
-        parts.next().is_none().then_some(issued)
+        let (tag, upstream) = payload.split_at_checked(TAG_BYTES)?;
+        Some(Issued {
+            tag: tag.try_into().ok()?,
+            upstream: String::from_utf8(upstream.to_vec()).ok()?,
+        })
     }
 }
 
@@ -203,9 +231,13 @@ mod tests {
         let id = a.encode("chat", "http://10.0.0.1:8000", "resp_123");
         assert!(id.starts_with("resp_kvg1_"), "{id}");
         let got = a.decode(&id).unwrap();
-        assert_eq!(got.instance, "http://10.0.0.1:8000");
+        assert_eq!(got.tag, a.tag("chat", "http://10.0.0.1:8000"));
+        assert_ne!(got.tag, a.tag("chat", "http://10.0.0.2:8000"));
         assert_eq!(got.upstream, "resp_123");
-        assert_eq!(got.endpoint, "chat");
+        assert!(
+            !id.contains(&hex::encode("10.0.0.1")),
+            "no instance URL in the id"
+        );
         assert_eq!(scope("b").decode(&id), None, "another tenant's id");
         let mut forged = id.clone();
         forged.pop();

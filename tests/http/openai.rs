@@ -42,6 +42,10 @@ async fn follow_ups_and_retrieves_reach_the_instance_that_stored_the_response() 
     let mut id = v["id"].as_str().unwrap().to_owned();
     assert!(id.starts_with("resp_kvg1_"), "{v}");
     assert_eq!(v["output"][0]["id"], "msg_1", "other ids are left alone");
+    for u in &ups {
+        let url = hex::encode(u.url().trim_start_matches("http://"));
+        assert!(!id.contains(&url), "an instance address leaks in {id}");
+    }
     // Prompts that hash anywhere: every follow-up still goes home.
     for turn in 0..12 {
         let resp = gw
