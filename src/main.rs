@@ -118,6 +118,7 @@ fn init_logs(json: bool) -> Option<kvgate::otel::Guard> {
     });
     tracing_subscriber::registry().with(fmt).with(otel).init();
     guard.map(|(g, url)| {
+        g.enable();
         tracing::info!(collector = %url, "exporting traces over OTLP/HTTP");
         g
     })

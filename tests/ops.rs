@@ -8,8 +8,6 @@
 )]
 
 mod common;
-#[path = "ops/otel.rs"]
-mod otel;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -31,6 +31,15 @@ pub fn endpoint_from_env() -> Option<String> {
 #[derive(Debug)]
 pub struct Guard(SdkTracerProvider);
 
+impl Guard {
+    /// Turn on the request spans and `traceparent`: call once the layer is in
+    /// the installed subscriber, so no span callsite is first met (and its
+    /// interest cached) while traces are on but nothing listens yet.
+    pub fn enable(&self) {
+        ON.store(true, Ordering::Relaxed);
+    }
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         ON.store(false, Ordering::Relaxed);
@@ -41,7 +50,7 @@ impl Drop for Guard {
 }
 
 /// A `tracing` layer exporting spans to `endpoint` (an OTLP/HTTP traces URL),
-/// and the guard that flushes it. Turns on `traceparent` injection.
+/// and the guard that flushes it; [`Guard::enable`] turns traces on.
 pub fn layer<S>(
     endpoint: &str,
 ) -> anyhow::Result<(
@@ -69,7 +78,6 @@ where
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
     let tracer = provider.tracer("kvgate");
-    ON.store(true, Ordering::Relaxed);
     Ok((
         tracing_opentelemetry::layer().with_tracer(tracer),
         Guard(provider),
