@@ -190,20 +190,27 @@ async fn a_streamed_response_has_its_ids_rewritten_event_by_event() {
 async fn embeddings_spread_by_load_under_a_prefix_strategy_and_bad_input_stays_here() {
     let ups = fleet(3).await;
     for u in &ups {
-        u.set_mode(Mode::Delay(std::time::Duration::from_millis(400)));
+        u.set_mode(Mode::Delay(std::time::Duration::from_secs(3)));
     }
     let refs: Vec<&Upstream> = ups.iter().collect();
     let gw = std::sync::Arc::new(Gateway::start(&config(MODEL, &refs, "prefix_aware", 10)).await);
-    // The same input three times at once: prefix_aware would pin it to one
-    // instance; embeddings go where the fewest requests are.
+    // The same input three times, each sent while the others are in flight:
+    // prefix_aware would pin it to one instance; embeddings go where the
+    // fewest requests are.
     let body = json!({"model": MODEL, "input": "the same text"});
-    let calls: Vec<_> = (0..3)
-        .map(|_| {
-            let gw = std::sync::Arc::clone(&gw);
-            let body = body.clone();
-            tokio::spawn(async move { gw.post("/v1/embeddings", &body).await })
+    let mut calls = Vec::new();
+    for n in 1..=3 {
+        let gw2 = std::sync::Arc::clone(&gw);
+        let body = body.clone();
+        calls.push(tokio::spawn(async move {
+            gw2.post("/v1/embeddings", &body).await
+        }));
+        let ups = &ups;
+        eventually("the request in flight upstream", || {
+            ups.iter().map(Upstream::hits).sum::<usize>() == n
         })
-        .collect();
+        .await;
+    }
     let mut served = std::collections::HashSet::new();
     for c in calls {
         let r = c.await.unwrap();
