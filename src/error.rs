@@ -24,6 +24,8 @@ pub enum ErrorKind {
     /// The request body did not arrive within `server.timeouts.body_read_ms`.
     RequestTimeout,
     ModelNotFound,
+    /// A response id this tenant was not issued, or whose instance is gone.
+    ResponseNotFound,
     EndpointNotFound,
     RouteNotFound,
     MethodNotAllowed,
@@ -57,9 +59,10 @@ impl ErrorKind {
             Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::UriTooLong => StatusCode::URI_TOO_LONG,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::ModelNotFound | Self::EndpointNotFound | Self::RouteNotFound => {
-                StatusCode::NOT_FOUND
-            }
+            Self::ModelNotFound
+            | Self::ResponseNotFound
+            | Self::EndpointNotFound
+            | Self::RouteNotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::IncompleteSignature => StatusCode::BAD_REQUEST,
@@ -86,6 +89,7 @@ impl ErrorKind {
             | Self::UriTooLong
             | Self::RequestTimeout
             | Self::ModelNotFound
+            | Self::ResponseNotFound
             | Self::EndpointNotFound
             | Self::RouteNotFound
             | Self::MethodNotAllowed => "invalid_request_error",
@@ -113,6 +117,7 @@ impl ErrorKind {
             Self::UriTooLong => "uri_too_long",
             Self::RequestTimeout => "request_timeout",
             Self::ModelNotFound => "model_not_found",
+            Self::ResponseNotFound => "response_not_found",
             Self::EndpointNotFound => "endpoint_not_found",
             Self::RouteNotFound => "route_not_found",
             Self::MethodNotAllowed => "method_not_allowed",

@@ -11,7 +11,8 @@ use kvgate_prefix::Api;
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, ErrorKind};
-use crate::route_input::{analyse, api_label};
+use crate::openai::Route;
+use crate::route_input::analyse_route;
 use crate::routing::{Cost, Load, Reason, Strategy};
 use crate::state::Runtime;
 use crate::state::{Endpoint, Seen};
@@ -51,13 +52,19 @@ pub fn explain(
     body: Bytes,
     tenant: &str,
 ) -> Result<Value, ApiError> {
-    let (api, endpoint) = api_for_path(path).ok_or_else(|| {
+    let routed = match path.trim_end_matches('/') {
+        "/v1/responses" => Some((Route::Responses, None)),
+        "/v1/embeddings" => Some((Route::Embeddings, None)),
+        _ => api_for_path(path).map(|(api, ep)| (Route::from_api(api), ep)),
+    };
+    let (route, endpoint) = routed.ok_or_else(|| {
         ApiError::new(
             ErrorKind::RouteNotFound,
             format!("{path} is not an inference route"),
         )
     })?;
-    let analysis = analyse(runtime, api, endpoint.as_deref(), headers, body, tenant)?;
+    let api = route.api();
+    let analysis = analyse_route(runtime, route, endpoint.as_deref(), headers, body, tenant)?;
     let input = &analysis.input;
     let ep = &input.endpoint;
     // The tenant's allow-list, as the live request would meet it (403).
@@ -109,7 +116,7 @@ pub fn explain(
     }
     let name = |i: &usize| ids.get(*i).copied().unwrap_or("?");
     Ok(json!({
-        "api": api_label(api),
+        "api": route.label(),
         "endpoint": ep.name(),
         "model": input.model,
         "stream": input.stream,

@@ -24,6 +24,8 @@ pub mod explain;
 pub mod kv_events;
 pub mod kv_prompt;
 pub mod middleware;
+pub mod openai;
+pub mod otel;
 pub mod route_input;
 pub mod routing;
 pub mod sagemaker;

@@ -87,25 +87,56 @@ enum Command {
     Simulate(kvgate::simulate::SimulateArgs),
 }
 
-fn init_logs(json: bool) {
+/// Logs to stderr, and traces over OTLP when the standard OpenTelemetry
+/// environment names a collector (see `kvgate::otel`). The guard flushes
+/// the last spans when dropped.
+fn init_logs(json: bool) -> Option<kvgate::otel::Guard> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only for a terminal: a log file or collector gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
+    let fmt = if json {
+        fmt.json().with_filter(filter).boxed()
     } else {
-        builder.init();
-    }
+        fmt.with_filter(filter).boxed()
+    };
+    let mut guard = None;
+    let otel = kvgate::otel::endpoint_from_env().and_then(|url| {
+        match kvgate::otel::layer(&url) {
+            Ok((layer, g)) => {
+                guard = Some((g, url));
+                // kvgate's own spans at INFO, whatever RUST_LOG says to the logs.
+                Some(
+                    layer.with_filter(
+                        tracing_subscriber::filter::Targets::new()
+                            .with_target("kvgate", tracing::Level::INFO)
+                            .with_target("tower_http", tracing::Level::INFO),
+                    ),
+                )
+            }
+            Err(e) => {
+                eprintln!("OpenTelemetry traces off: {e}");
+                None
+            }
+        }
+    });
+    tracing_subscriber::registry().with(fmt).with(otel).init();
+    guard.map(|(g, url)| {
+        g.enable();
+        tracing::info!(collector = %url, "exporting traces over OTLP/HTTP");
+        g
+    })
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logs(cli.log_json);
+    let _traces = init_logs(cli.log_json);
     match cli.command {
         Command::Simulate(args) => match kvgate::simulate::run(&args) {
             Ok(out) => {

@@ -10,6 +10,8 @@ use kvgate_prefix::{Api, JsonError};
 use serde_json::Value;
 
 use crate::error::{ApiError, ErrorKind};
+use crate::openai::response_id::IdScope;
+use crate::openai::{Placement, Route};
 use crate::state::{Endpoint, Runtime};
 
 pub const PREFIX_AWARE_ID_HEADER: &str = "x-amzn-sagemaker-prefix-aware-id";
@@ -18,7 +20,16 @@ pub const PREFIX_AWARE_ID_HEADER: &str = "x-amzn-sagemaker-prefix-aware-id";
 /// canonicalise layer and handed over in request extensions.
 #[derive(Debug, Clone)]
 pub struct RouteInput {
+    /// How the prompt was windowed (see [`Route::api`]).
     pub api: Api,
+    /// The route called: its metric label and upstream path.
+    pub route: Route,
+    /// How the instance is chosen.
+    pub placement: Placement,
+    /// Responses routes: whose response ids the answer's are rewritten to.
+    pub ids: Option<IdScope>,
+    /// The body is a streamed upload the handler forwards (`body` is empty).
+    pub upload: bool,
     pub endpoint: Arc<Endpoint>,
     pub model: Option<String>,
     pub stream: bool,
@@ -60,6 +71,17 @@ impl RouteInput {
 pub struct Analysis {
     pub input: RouteInput,
     pub window: Vec<u8>,
+}
+
+impl Route {
+    /// The route of an [`Api`] (the routes `kvgate explain` and the benches know).
+    pub fn from_api(api: Api) -> Self {
+        match api {
+            Api::Chat => Route::Chat,
+            Api::Completions => Route::Completions,
+            Api::Native => Route::Native,
+        }
+    }
 }
 
 pub fn api_label(api: Api) -> &'static str {
@@ -155,6 +177,26 @@ pub fn analyse(
     body: Bytes,
     tenant: &str,
 ) -> Result<Analysis, ApiError> {
+    analyse_route(
+        runtime,
+        Route::from_api(api),
+        endpoint_name,
+        headers,
+        body,
+        tenant,
+    )
+}
+
+/// [`analyse`] for any route with a JSON body.
+pub fn analyse_route(
+    runtime: &Runtime,
+    route: Route,
+    endpoint_name: Option<&str>,
+    headers: &HeaderMap,
+    body: Bytes,
+    tenant: &str,
+) -> Result<Analysis, ApiError> {
+    let api = route.api();
     check_content_type(headers)?;
     let partition_header = header_partition(headers)?;
     let value = kvgate_prefix::parse_strict(&body).map_err(|e| json_error(&e))?;
@@ -214,15 +256,69 @@ pub fn analyse(
         }
     };
     let routing = &endpoint.config.routing;
+    let ids = matches!(route, Route::Responses)
+        .then(|| IdScope::new(runtime.config.tenancy.salt_secret.as_ref(), tenant));
+    let mut placement = if route.uses_strategy() {
+        Placement::Policy
+    } else {
+        Placement::Load
+    };
+    let mut body = body;
+    if let (Some(scope), Some(prev)) = (
+        &ids,
+        value.get("previous_response_id").filter(|v| !v.is_null()),
+    ) {
+        let (pinned, upstream_body) =
+            crate::openai::input::previous_response(scope, &endpoint, prev, &body)?;
+        placement = Placement::Pinned(pinned);
+        body = upstream_body;
+    }
+    if !route.reads_prompt() {
+        let has_cache_salt = value.get("cache_salt").is_some();
+        return Ok(Analysis {
+            input: RouteInput {
+                api,
+                route,
+                placement,
+                ids,
+                upload: false,
+                endpoint,
+                model,
+                stream,
+                partition: partition_header.or(partition_body).unwrap_or_default(),
+                key: 0,
+                chain: Arc::new([]),
+                kv: None,
+                prompt_tokens: crate::routing::cost::tokens_of_chars(body.len()),
+                body,
+                has_cache_salt,
+                is_object: value.is_object(),
+                admission: None,
+            },
+            window: Vec::new(),
+        });
+    }
+    let prompt = crate::openai::input::prompt_of(route, &value)?;
+    // Embeddings are keyed (for `explain` and load strategies that use it) but
+    // not indexed: there is no generation whose cache a later request reuses.
+    let indexed = route.uses_strategy() && routing.strategy.uses_index();
     // One extraction serves both the key's window and, for cache-aware
     // strategies, the longer stretch the block chain is cut from.
     let scan = routing.scan_chars();
+    let value_ref: &Value = &prompt;
     let mut window = match api {
-        Api::Chat => kvgate_prefix::chat_window(&value, scan)
+        Api::Chat => kvgate_prefix::chat_window(value_ref, scan)
             .map_err(|e| invalid(&e.param, e.message))?
             .into_bytes(),
-        Api::Completions => kvgate_prefix::completions_window(&value, scan)
-            .map_err(|e| invalid(&e.param, e.message))?
+        Api::Completions => kvgate_prefix::completions_window(value_ref, scan)
+            .map_err(|e| {
+                // Embeddings' `input` is read as completions' `prompt`.
+                let param = match route {
+                    Route::Embeddings => e.param.replacen("prompt", "input", 1),
+                    _ => e.param,
+                };
+                invalid(&param, e.message)
+            })?
             .into_bytes(),
         Api::Native => kvgate_prefix::native_window(&value, &routing.prompt_members, scan),
     };
@@ -237,7 +333,7 @@ pub fn analyse(
         seen.max(body.len())
     };
     let prompt_tokens = crate::routing::cost::tokens_of_chars(prompt_chars);
-    let chain: Arc<[u64]> = if routing.strategy.uses_index() {
+    let chain: Arc<[u64]> = if indexed {
         // vLLM keys its blocks by model (LoRA adapters too) and cache_salt as
         // well as by tokens: two requests share cache only when both match.
         // The client's salt counts where it reaches the engine: the gateway
@@ -265,7 +361,7 @@ pub fn analyse(
     let kv = routing
         .kv
         .as_ref()
-        .filter(|_| routing.strategy.uses_events())
+        .filter(|_| route.uses_strategy() && routing.strategy.uses_events())
         .and_then(|kv| {
             let scope = crate::routing::held::Scope {
                 salt: crate::kv_prompt::engine_salt(runtime, &value, tenant),
@@ -274,7 +370,7 @@ pub fn analyse(
             let reach = routing
                 .max_prompt_blocks
                 .saturating_mul(crate::routing::cost::block_tokens(routing.block_chars));
-            crate::kv_prompt::kv_prompt(kv, reach, api, &value, scope)
+            crate::kv_prompt::kv_prompt(kv, reach, api, value_ref, scope)
         })
         .map(Arc::new);
     let prompt_tokens = match &kv {
@@ -289,6 +385,10 @@ pub fn analyse(
     Ok(Analysis {
         input: RouteInput {
             api,
+            route,
+            placement,
+            ids,
+            upload: false,
             endpoint,
             model,
             stream,

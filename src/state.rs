@@ -154,6 +154,7 @@ impl Runtime {
         let mut by_model = HashMap::new();
         let mut by_name = HashMap::new();
         for ec in &config.endpoints {
+            crate::telemetry::endpoint_series(&ec.name);
             let old = previous.and_then(|p| p.endpoint(&ec.name));
             let instances: Vec<Arc<Instance>> = ec
                 .instances
@@ -332,8 +333,10 @@ impl AppState {
         // Instances were built before the recorder existed: publish their
         // gauges now, so a fresh gateway's /metrics lists every instance.
         for ep in &runtime.endpoints {
+            crate::telemetry::endpoint_series(ep.name());
             for inst in &ep.instances {
                 inst.publish_gauges();
+                crate::telemetry::instance_series(ep.name(), &inst.id);
             }
         }
         Arc::new(Self {

@@ -13,13 +13,19 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const REQUESTS: &str = "kvgate_requests_total";
 pub const REQUEST_DURATION: &str = "kvgate_request_duration_seconds";
-pub const UPSTREAM_TTFB: &str = "kvgate_upstream_first_byte_seconds";
+/// Renamed from `kvgate_upstream_first_byte_seconds`: vLLM sends headers
+/// before the first token, so this is the wait for headers, not for a token.
+pub const UPSTREAM_HEADERS: &str = "kvgate_upstream_response_headers_seconds";
+/// From the gateway receiving the request to the first SSE data event that
+/// carries output (OpenTelemetry's `gen_ai.server.time_to_first_token`).
+pub const TTFT: &str = "kvgate_time_to_first_token_seconds";
 pub const ROUTING_DURATION: &str = "kvgate_routing_decision_seconds";
 pub const ROUTING_DECISIONS: &str = "kvgate_routing_decisions_total";
 pub const IN_FLIGHT: &str = "kvgate_instance_in_flight";
 pub const HEALTHY: &str = "kvgate_instance_healthy";
 pub const PROMPT_TOKENS: &str = "kvgate_upstream_prompt_tokens_total";
 pub const CACHED_TOKENS: &str = "kvgate_upstream_cached_tokens_total";
+pub const COMPLETION_TOKENS: &str = "kvgate_upstream_completion_tokens_total";
 pub const RETRIES: &str = "kvgate_upstream_retries_total";
 pub const REJECTIONS: &str = "kvgate_rejections_total";
 pub const CONFIG_RELOADS: &str = "kvgate_config_reloads_total";
@@ -37,7 +43,7 @@ pub const WARMUP: &str = "kvgate_warmup_requests_total";
 pub const DISCOVERY_FAILURES: &str = "kvgate_discovery_failures_total";
 pub const DISCOVERED: &str = "kvgate_discovered_instances";
 pub const JWKS_REFRESHES: &str = "kvgate_jwks_refreshes_total";
-pub const COMPLETION_TOKENS: &str = "kvgate_completion_tokens_total";
+pub const CHARGED_COMPLETION_TOKENS: &str = "kvgate_completion_tokens_total";
 pub const CLUSTER_REDIS_UP: &str = "kvgate_cluster_redis_up";
 pub const CLUSTER_REPLICAS: &str = "kvgate_cluster_replicas";
 pub const CLUSTER_FALLBACK: &str = "kvgate_cluster_fallback_total";
@@ -72,6 +78,10 @@ pub fn handle() -> PrometheusHandle {
             // then our handle renders only what we record through it, which is nothing.
             let _ = metrics::set_global_recorder(recorder);
             describe();
+            // Reload results are there before the first reload.
+            for result in ["ok", "error"] {
+                counter!(CONFIG_RELOADS, "result" => result).increment(0);
+            }
             handle
         })
         .clone()
@@ -90,9 +100,14 @@ fn describe() {
         "Request duration until the response body ended or the client left"
     );
     describe_histogram!(
-        UPSTREAM_TTFB,
+        UPSTREAM_HEADERS,
         metrics::Unit::Seconds,
-        "Time from sending a request upstream to its response headers"
+        "Time from sending a request upstream to its response headers (not a token: vLLM answers headers first)"
+    );
+    describe_histogram!(
+        TTFT,
+        metrics::Unit::Seconds,
+        "Time to first token of streamed answers: from the gateway routing the request to the first SSE data event with output"
     );
     describe_histogram!(
         ROUTING_DURATION,
@@ -115,6 +130,10 @@ fn describe() {
     describe_counter!(
         CACHED_TOKENS,
         "Prompt tokens the upstream reported served from its prefix cache"
+    );
+    describe_counter!(
+        COMPLETION_TOKENS,
+        "Output (completion) tokens the upstream reported in usage"
     );
     describe_counter!(RETRIES, "Attempts moved to the next instance, by reason");
     describe_counter!(REJECTIONS, "Requests refused by the gateway, by error code");
@@ -177,7 +196,7 @@ fn describe() {
         "Warm-up requests sent to joining instances, by result"
     );
     describe_counter!(
-        COMPLETION_TOKENS,
+        CHARGED_COMPLETION_TOKENS,
         "Completion tokens charged to tenants' tokens per minute, by source (usage: the upstream reported them; counted: kvgate counted a stream without usage)"
     );
     describe_gauge!(
@@ -221,39 +240,84 @@ pub fn request_duration(endpoint: &str, api: &'static str, elapsed: Duration) {
 
 pub fn routing_decision(endpoint: &str, instance: &str, outcome: &'static str, took: Duration) {
     histogram!(ROUTING_DURATION).record(took.as_secs_f64());
-    counter!(ROUTING_DECISIONS, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned(), "outcome" => outcome)
+    counter!(ROUTING_DECISIONS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "outcome" => outcome)
         .increment(1);
 }
 
-pub fn first_byte(endpoint: &str, instance: &str, took: Duration) {
-    histogram!(UPSTREAM_TTFB, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+pub fn response_headers(endpoint: &str, instance: &str, took: Duration) {
+    histogram!(UPSTREAM_HEADERS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .record(took.as_secs_f64());
 }
 
 pub fn in_flight(endpoint: &str, instance: &str, n: usize) {
-    gauge!(IN_FLIGHT, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+    gauge!(IN_FLIGHT, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .set(n as f64);
 }
 
 pub fn healthy(endpoint: &str, instance: &str, up: bool) {
-    gauge!(HEALTHY, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+    gauge!(HEALTHY, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .set(if up { 1.0 } else { 0.0 });
 }
 
-pub fn usage(endpoint: &str, instance: &str, prompt: u64, cached: u64) {
-    counter!(PROMPT_TOKENS, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+/// Time to first token of a streamed answer.
+pub fn first_token(endpoint: &str, instance: &str, took: Duration) {
+    histogram!(TTFT, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
+        .record(took.as_secs_f64());
+}
+
+pub fn usage(endpoint: &str, instance: &str, prompt: u64, cached: u64, completion: u64) {
+    counter!(PROMPT_TOKENS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .increment(prompt);
-    counter!(CACHED_TOKENS, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+    counter!(CACHED_TOKENS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .increment(cached);
+    counter!(COMPLETION_TOKENS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
+        .increment(completion);
+}
+
+/// Every series of one upstream, at zero, so dashboards and `rate()` see it
+/// from start-up rather than from its first request.
+pub fn instance_series(endpoint: &str, instance: &str) {
+    let labels = [
+        ("endpoint", endpoint.to_owned()),
+        ("upstream", instance.to_owned()),
+    ];
+    for name in [UPSTREAM_HEADERS, TTFT] {
+        let _ = histogram!(name, &labels);
+    }
+    for name in [PROMPT_TOKENS, CACHED_TOKENS, COMPLETION_TOKENS] {
+        counter!(name, &labels).increment(0);
+    }
+    for why in ["connect", "status"] {
+        counter!(RETRIES, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "reason" => why)
+            .increment(0);
+    }
+    for outcome in ["failover", "overflow"] {
+        counter!(ROUTING_DECISIONS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "outcome" => outcome)
+            .increment(0);
+    }
+}
+
+/// An endpoint's request counters at zero from start-up.
+pub fn endpoint_series(endpoint: &str) {
+    for api in crate::openai::Route::ALL.map(crate::openai::Route::label) {
+        for class in ["2xx", "4xx", "5xx"] {
+            counter!(REQUESTS, "endpoint" => endpoint.to_owned(), "api" => api, "status" => class)
+                .increment(0);
+        }
+        let _ = histogram!(REQUEST_DURATION, "endpoint" => endpoint.to_owned(), "api" => api);
+    }
+    let _ = histogram!(ROUTING_DURATION);
+    let _ = histogram!(MATCHED_FRACTION, "endpoint" => endpoint.to_owned());
 }
 
 /// Completion tokens charged to a tenant, from `usage` or counted from the stream.
 pub fn completion_tokens(endpoint: &str, source: &'static str, n: u64) {
-    counter!(COMPLETION_TOKENS, "endpoint" => endpoint.to_owned(), "source" => source).increment(n);
+    counter!(CHARGED_COMPLETION_TOKENS, "endpoint" => endpoint.to_owned(), "source" => source)
+        .increment(n);
 }
 
 pub fn retry(endpoint: &str, instance: &str, why: &'static str) {
-    counter!(RETRIES, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned(), "reason" => why)
+    counter!(RETRIES, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "reason" => why)
         .increment(1);
 }
 
@@ -269,9 +333,9 @@ pub fn matched_fraction(endpoint: &str, fraction: f64) {
 
 /// Blocks in an instance's index, and their approximate memory.
 pub fn index_size(endpoint: &str, instance: &str, blocks: usize) {
-    gauge!(INDEX_BLOCKS, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+    gauge!(INDEX_BLOCKS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .set(blocks as f64);
-    gauge!(INDEX_BYTES, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+    gauge!(INDEX_BYTES, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .set((blocks * crate::routing::index::ENTRY_BYTES) as f64);
 }
 
@@ -284,7 +348,7 @@ pub fn config_reload(ok: bool) {
 pub fn kv_events(endpoint: &str, instance: &str, applied: u64, dropped: u64) {
     let labels = [
         ("endpoint", endpoint.to_owned()),
-        ("instance", instance.to_owned()),
+        ("upstream", instance.to_owned()),
     ];
     counter!(KV_EVENTS_APPLIED, &labels).increment(applied);
     counter!(KV_EVENTS_DROPPED, &labels).increment(dropped);
@@ -293,20 +357,20 @@ pub fn kv_events(endpoint: &str, instance: &str, applied: u64, dropped: u64) {
 /// A sequence gap (`what` = "gap"), a replay that filled one ("replay"), or an
 /// index reset ("reset": restart, AllBlocksCleared, unfillable gap).
 pub fn kv_sequence(endpoint: &str, instance: &str, what: &'static str) {
-    counter!(KV_SEQUENCE, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned(), "event" => what)
+    counter!(KV_SEQUENCE, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "event" => what)
         .increment(1);
 }
 
 /// Blocks an instance's events say it holds.
 pub fn kv_held(endpoint: &str, instance: &str, blocks: usize) {
-    gauge!(KV_HELD_BLOCKS, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned())
+    gauge!(KV_HELD_BLOCKS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .set(blocks as f64);
 }
 
 /// A `kv_aware` decision used the approximate index for this instance, and why
 /// (`disconnected`, `silent`, `not_configured`, `untokenized`).
 pub fn kv_fallback(endpoint: &str, instance: &str, why: &'static str) {
-    counter!(KV_FALLBACK, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned(), "reason" => why)
+    counter!(KV_FALLBACK, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "reason" => why)
         .increment(1);
 }
 
@@ -322,7 +386,7 @@ pub fn kv_untokenized() {
 
 /// Warm-up requests sent to a joining instance, by `result` (`ok`, `error`).
 pub fn warmup(endpoint: &str, instance: &str, result: &'static str) {
-    counter!(WARMUP, "endpoint" => endpoint.to_owned(), "instance" => instance.to_owned(), "result" => result)
+    counter!(WARMUP, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "result" => result)
         .increment(1);
 }
 

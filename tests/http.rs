@@ -10,12 +10,18 @@
 )]
 
 mod common;
+#[path = "http/dashboards.rs"]
+mod dashboards;
 #[path = "http/framing.rs"]
 mod framing;
 #[path = "http/h2.rs"]
 mod h2;
+#[path = "http/openai.rs"]
+mod openai;
 #[path = "http/sagemaker.rs"]
 mod sagemaker;
+#[path = "http/sdk.rs"]
+mod sdk;
 #[path = "http/sigv4.rs"]
 mod sigv4;
 

@@ -118,6 +118,7 @@ async fn every_route_in_the_table_is_served() {
             .replace("{*path}", "v1/chat/completions");
         let req = match method {
             "get" => client().get(gw.url(&path)),
+            "delete" => client().delete(gw.url(&path)),
             _ => client()
                 .post(gw.url(&path))
                 .body(r#"{"model":"m","messages":[],"inputs":"x"}"#),

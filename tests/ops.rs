@@ -299,10 +299,13 @@ async fn metrics_count_requests_decisions_and_cached_tokens() {
             .ends_with(" 3"),
         "{text}"
     );
-    assert!(
-        line("kvgate_routing_decisions_total{endpoint=\"metricsep\"").ends_with(" 3"),
-        "{text}"
-    );
+    // Series of every upstream exist from start-up at zero: add them up.
+    let decisions: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("kvgate_routing_decisions_total{endpoint=\"metricsep\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(decisions, 3.0, "{text}");
     // The test upstream reports 8 cached of 10 prompt tokens per request.
     assert!(
         line("kvgate_upstream_cached_tokens_total{endpoint=\"metricsep\"").ends_with(" 24"),
@@ -518,10 +521,10 @@ async fn a_fresh_process_lists_every_instance_and_describes_every_family() {
         .await
         .unwrap();
     for id in ["a", "b"] {
-        let series = format!("kvgate_instance_healthy{{endpoint=\"fresh\",instance=\"{id}\"}} 1");
+        let series = format!("kvgate_instance_healthy{{endpoint=\"fresh\",upstream=\"{id}\"}} 1");
         assert!(text.contains(&series), "{series} missing:\n{text}");
         assert!(text.contains(&format!(
-            "kvgate_instance_in_flight{{endpoint=\"fresh\",instance=\"{id}\"}} 0"
+            "kvgate_instance_in_flight{{endpoint=\"fresh\",upstream=\"{id}\"}} 0"
         )));
     }
     for family in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {

@@ -26,6 +26,8 @@ mod hostile;
 mod isolation;
 #[path = "tenancy/keys.rs"]
 mod keys;
+#[path = "tenancy/openai.rs"]
+mod openai;
 #[path = "tenancy/parsing.rs"]
 mod parsing;
 #[path = "tenancy/quota.rs"]

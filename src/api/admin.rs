@@ -80,6 +80,34 @@ pub async fn models(
     Json(json!({"object": "list", "data": data}))
 }
 
+/// `GET /v1/models/{model}`: one configured model this tenant may use (ids
+/// may contain `/`), or a 404 in OpenAI's shape.
+pub async fn model(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    tenant: Option<axum::Extension<crate::tenancy::Tenant>>,
+) -> axum::response::Response {
+    let rt = state.runtime.load();
+    let tenant = tenant
+        .map(|t| t.0)
+        .unwrap_or_else(crate::tenancy::Tenant::anonymous);
+    match rt
+        .models()
+        .find(|(m, _)| *m == id && rt.tenancy.may_use(&tenant, m))
+    {
+        Some((m, endpoint)) => {
+            Json(json!({"id": m, "object": "model", "created": 0, "owned_by": endpoint}))
+                .into_response()
+        }
+        None => crate::error::ApiError::new(
+            crate::error::ErrorKind::ModelNotFound,
+            format!("The model `{id}` does not exist or you do not have access to it."),
+        )
+        .with_param("model")
+        .into_response(),
+    }
+}
+
 /// `?tenant=` on `/admin/explain/…`: whose request to explain.
 #[derive(serde::Deserialize)]
 pub struct ExplainAs {

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 
 /// The label naming an instance in every per-instance series.
-pub const INSTANCE_LABEL: &str = "instance";
+pub const INSTANCE_LABEL: &str = "upstream";
 const ENDPOINT_LABEL: &str = "endpoint";
 
 /// `text` without the sample lines whose (endpoint, instance) is not in `live`.
@@ -89,21 +89,21 @@ mod tests {
     #[test]
     fn keeps_live_and_unlabelled_series_only() {
         let text = "# HELP x X\n# TYPE x gauge\n\
-            x{endpoint=\"chat\",instance=\"http://a\"} 1\n\
-            x{endpoint=\"chat\",instance=\"http://gone\"} 1\n\
-            y_bucket{endpoint=\"chat\",instance=\"http://gone\",le=\"0.5\"} 3\n\
+            x{endpoint=\"chat\",upstream=\"http://a\"} 1\n\
+            x{endpoint=\"chat\",upstream=\"http://gone\"} 1\n\
+            y_bucket{endpoint=\"chat\",upstream=\"http://gone\",le=\"0.5\"} 3\n\
             z{endpoint=\"chat\",api=\"chat\",status=\"2xx\"} 4\n\
             w 2\n\
-            q{endpoint=\"c\\\"h\",instance=\"a\\\\b\"} 5\n";
+            q{endpoint=\"c\\\"h\",upstream=\"a\\\\b\"} 5\n";
         let live: HashSet<(&str, &str)> = [("chat", "http://a"), ("c\"h", "a\\b")].into();
         let out = without_removed(text, &live);
         assert_eq!(
             out,
             "# HELP x X\n# TYPE x gauge\n\
-             x{endpoint=\"chat\",instance=\"http://a\"} 1\n\
+             x{endpoint=\"chat\",upstream=\"http://a\"} 1\n\
              z{endpoint=\"chat\",api=\"chat\",status=\"2xx\"} 4\n\
              w 2\n\
-             q{endpoint=\"c\\\"h\",instance=\"a\\\\b\"} 5\n"
+             q{endpoint=\"c\\\"h\",upstream=\"a\\\\b\"} 5\n"
         );
     }
 }

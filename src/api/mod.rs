@@ -4,6 +4,7 @@ mod admin;
 mod instances;
 mod metrics;
 mod proxy;
+mod responses;
 
 use std::sync::Arc;
 
@@ -47,6 +48,19 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
             post(proxy::handle),
         ),
         ("post", "/v1/completions", Inference, post(proxy::handle)),
+        ("post", "/v1/responses", Inference, post(proxy::handle)),
+        ("post", "/v1/embeddings", Inference, post(proxy::handle)),
+        ("post", "/tokenize", Inference, post(proxy::handle)),
+        ("post", "/detokenize", Inference, post(proxy::handle)),
+        ("post", "/v1/score", Inference, post(proxy::handle)),
+        ("post", "/v1/rerank", Inference, post(proxy::handle)),
+        ("post", "/pooling", Inference, post(proxy::handle)),
+        (
+            "post",
+            "/v1/audio/transcriptions",
+            Inference,
+            post(proxy::handle),
+        ),
         (
             "post",
             "/endpoints/{endpoint}/invocations",
@@ -63,6 +77,30 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
         // container: `/invocations` goes to the first configured endpoint.
         ("post", "/invocations", Inference, post(proxy::handle)),
         ("get", "/v1/models", Authenticated, get(admin::models)),
+        (
+            "get",
+            "/v1/models/{*model}",
+            Authenticated,
+            get(admin::model),
+        ),
+        (
+            "get",
+            "/v1/responses/{id}",
+            Authenticated,
+            get(responses::by_id),
+        ),
+        (
+            "delete",
+            "/v1/responses/{id}",
+            Authenticated,
+            axum::routing::delete(responses::by_id),
+        ),
+        (
+            "post",
+            "/v1/responses/{id}/cancel",
+            Authenticated,
+            post(responses::by_id),
+        ),
         (
             "post",
             "/admin/explain/{*path}",
@@ -137,8 +175,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             ServiceBuilder::new()
                 // Keep the client's x-request-id or make one, before anything logs.
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-                // One span per request, carrying the id.
-                .layer(TraceLayer::new_for_http())
+                // One span per request, carrying the id (and the client's trace
+                // context when OpenTelemetry is on).
+                .layer(TraceLayer::new_for_http().make_span_with(crate::otel::MakeSpan))
                 // Echo the id on every response, errors included.
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
                 // SageMaker routes answer errors in SageMaker's shape: every

@@ -5,27 +5,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Extension;
-use axum::http::HeaderMap;
+use axum::body::Body;
+use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
-use kvgate_prefix::Api;
 
-use crate::route_input::{RouteInput, api_label};
+use crate::openai::Route;
+use crate::route_input::RouteInput;
 use crate::state::Runtime;
 use crate::telemetry;
 use crate::upstream::{Forward, forward};
 
-/// The instance path each API is sent to.
-fn upstream_path(api: Api) -> &'static str {
-    match api {
-        Api::Chat => "/v1/chat/completions",
-        Api::Completions => "/v1/completions",
-        Api::Native => "/invocations",
-    }
-}
-
 /// How the answer goes back to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wire {
+pub enum Wire {
     /// OpenAI routes and SageMaker's `invocations`: the upstream's answer as is.
     Plain,
     /// SageMaker's `invocations-response-stream`: re-framed as an event stream.
@@ -36,9 +28,11 @@ pub async fn handle(
     input: Extension<RouteInput>,
     runtime: Extension<Arc<Runtime>>,
     tenant: Option<Extension<crate::tenancy::Tenant>>,
+    uri: Uri,
     headers: HeaderMap,
+    body: Body,
 ) -> Response {
-    run(input, runtime, tenant, headers, Wire::Plain).await
+    run(input, runtime, tenant, uri, headers, body, Wire::Plain).await
 }
 
 /// `POST /endpoints/{name}/invocations-response-stream`.
@@ -46,21 +40,64 @@ pub async fn handle_stream(
     input: Extension<RouteInput>,
     runtime: Extension<Arc<Runtime>>,
     tenant: Option<Extension<crate::tenancy::Tenant>>,
+    uri: Uri,
     headers: HeaderMap,
+    body: Body,
 ) -> Response {
-    run(input, runtime, tenant, headers, Wire::EventStream).await
+    run(
+        input,
+        runtime,
+        tenant,
+        uri,
+        headers,
+        body,
+        Wire::EventStream,
+    )
+    .await
 }
 
 async fn run(
     Extension(input): Extension<RouteInput>,
     Extension(runtime): Extension<Arc<Runtime>>,
     tenant: Option<Extension<crate::tenancy::Tenant>>,
+    uri: Uri,
     headers: HeaderMap,
+    body: Body,
+    wire: Wire,
+) -> Response {
+    let path = match uri.query() {
+        Some(q) => format!("{}?{q}", input.route.upstream_path()),
+        None => input.route.upstream_path().to_owned(),
+    };
+    // The canonicalise layer left a streamed upload as the body; JSON routes
+    // forward `input.body` (what admission may have salted).
+    let upload = input.upload.then_some(body);
+    let tenant = tenant.map_or_else(|| "anonymous".into(), |t| t.0.id.clone());
+    send(
+        &runtime,
+        input,
+        (&path, reqwest::Method::POST),
+        &headers,
+        upload,
+        &tenant,
+        wire,
+    )
+    .await
+}
+
+/// Forward one request and log where it went.
+pub async fn send(
+    runtime: &Runtime,
+    input: RouteInput,
+    (path, method): (&str, reqwest::Method),
+    headers: &HeaderMap,
+    upload: Option<Body>,
+    tenant: &str,
     wire: Wire,
 ) -> Response {
     let started = Instant::now();
-    let tenant = tenant.map_or_else(|| "anonymous".into(), |t| t.0.id.clone());
-    let api = input.api;
+    let route = input.route;
+    let api = route.label();
     let endpoint = input.endpoint.name().to_owned();
     let key = input.key;
     let request_id = headers
@@ -69,9 +106,11 @@ async fn run(
         .unwrap_or("")
         .to_owned();
     let result = forward(Forward {
-        runtime: &runtime,
-        path: upstream_path(api),
-        headers: &headers,
+        runtime,
+        path,
+        method,
+        headers,
+        upload,
         input,
         keepalive: wire == Wire::Plain,
     })
@@ -80,7 +119,7 @@ async fn run(
     match result {
         Ok((mut resp, outcome)) => {
             tracing::info!(
-                request_id, tenant = %tenant, endpoint, api = api_label(api), instance = %outcome.instance.id,
+                request_id, tenant = %tenant, endpoint, api, instance = %outcome.instance.id,
                 // As in kvgate_routing_decisions_total: a later attempt is a failover.
                 reason = if outcome.attempts > 1 { "failover" } else { outcome.reason.as_str() },
                 attempts = outcome.attempts,
@@ -89,7 +128,7 @@ async fn run(
                 "routed"
             );
             // The duration of a forwarded request is recorded when its body ends.
-            if api == Api::Native {
+            if route == Route::Native {
                 crate::sagemaker::invoked_variant(&mut resp, &outcome.instance.id);
             }
             if wire == Wire::EventStream && resp.status().is_success() {
@@ -98,8 +137,8 @@ async fn run(
             resp
         }
         Err(e) => {
-            tracing::warn!(request_id, tenant = %tenant, endpoint, api = api_label(api), error = %e, "not routed");
-            telemetry::request_duration(&endpoint, api_label(api), started.elapsed());
+            tracing::warn!(request_id, tenant = %tenant, endpoint, api, error = %e, "not routed");
+            telemetry::request_duration(&endpoint, api, started.elapsed());
             e.into_response()
         }
     }

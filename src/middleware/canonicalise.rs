@@ -9,23 +9,13 @@ use std::sync::Arc;
 use axum::extract::{MatchedPath, Path, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use kvgate_prefix::Api;
 
 use super::body_limit::read_limited;
 use crate::error::{ApiError, ErrorKind};
-use crate::route_input::analyse;
+use crate::openai::Route;
+use crate::route_input::analyse_route;
 use crate::state::AppState;
 use crate::tenancy::Tenant;
-
-/// Which API a matched route speaks.
-pub(super) fn api_of(route: &str) -> Option<Api> {
-    match route {
-        "/v1/chat/completions" => Some(Api::Chat),
-        "/v1/completions" => Some(Api::Completions),
-        r if r.starts_with("/endpoints/") || r == "/invocations" => Some(Api::Native),
-        _ => None,
-    }
-}
 
 pub async fn canonicalise(
     State(state): State<Arc<AppState>>,
@@ -47,11 +37,25 @@ async fn prepare(
     params: &HashMap<String, String>,
     req: Request,
 ) -> Result<Request, ApiError> {
-    let api = api_of(route)
+    let container = route == "/invocations";
+    let route = Route::of_template(route)
         .ok_or_else(|| ApiError::new(ErrorKind::Internal, format!("no API for route {route}")))?;
     let runtime = state.runtime.load_full();
     let (mut parts, body) = req.into_parts();
     let server = &runtime.config.server;
+    if route == Route::Transcriptions {
+        let (model, body) = crate::openai::multipart::model_of(
+            &parts.headers,
+            body,
+            server.max_body_bytes,
+            server.timeouts.body_read,
+        )
+        .await?;
+        let input = crate::openai::input::upload(&runtime, route, model)?;
+        parts.extensions.insert(input);
+        parts.extensions.insert(runtime);
+        return Ok(Request::from_parts(parts, body));
+    }
     let bytes = read_limited(
         &parts.headers,
         body,
@@ -65,15 +69,14 @@ async fn prepare(
         .cloned()
         .unwrap_or_else(Tenant::anonymous);
     // The container contract's `/invocations` names no endpoint: the first one.
-    let container_endpoint = runtime.endpoints.first().map(|e| e.name());
     let endpoint = match params.get("endpoint") {
         Some(name) => Some(name.as_str()),
-        None if route == "/invocations" => container_endpoint,
+        None if container => runtime.endpoints.first().map(|e| e.name()),
         None => None,
     };
-    let analysis = analyse(
+    let analysis = analyse_route(
         &runtime,
-        api,
+        route,
         endpoint,
         &parts.headers,
         bytes.clone(),

@@ -13,7 +13,6 @@ use axum::extract::{MatchedPath, Path, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use crate::route_input::api_label;
 use crate::state::AppState;
 use crate::telemetry;
 
@@ -56,7 +55,7 @@ pub async fn count(
     mut req: Request,
     next: Next,
 ) -> Response {
-    let Some(api) = super::canonicalise::api_of(matched.as_str()).map(api_label) else {
+    let Some(api) = crate::openai::Route::of_template(matched.as_str()).map(|r| r.label()) else {
         return next.run(req).await;
     };
     let slot = EndpointSlot::default();

@@ -44,7 +44,7 @@ fn shape(kind: ErrorKind) -> (StatusCode, &'static str) {
         | ModelNotFound | EndpointNotFound | HeadersTooLarge | UriTooLong => {
             (StatusCode::BAD_REQUEST, "ValidationError")
         }
-        RouteNotFound => (StatusCode::NOT_FOUND, "UnknownOperationException"),
+        RouteNotFound | ResponseNotFound => (StatusCode::NOT_FOUND, "UnknownOperationException"),
         MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "UnknownOperationException"),
         Unauthorized => (StatusCode::UNAUTHORIZED, "UnrecognizedClientException"),
         IncompleteSignature => (StatusCode::BAD_REQUEST, "IncompleteSignatureException"),

@@ -154,11 +154,10 @@ impl Tenancy {
         check_models(&state.limits, ask.api, ask.model, ask.endpoint_models)?;
         // Every JSON object body gets the tenant's salt, native ones too: the
         // Invoke route must not be a way to share or probe another's cache.
-        // A native body that is not an object has no member to carry one.
+        // A body that is not an object (a native one, an upload) has no
+        // member to carry one.
         let body = match &state.salt {
-            Some(s) if ask.api != Api::Native || ask.is_object => {
-                Some(salt::apply(ask.body, s, ask.has_cache_salt)?)
-            }
+            Some(s) if ask.is_object => Some(salt::apply(ask.body, s, ask.has_cache_salt)?),
             _ => None,
         };
         let slot = held.and_then(Held::take);

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 use tokio::time::{Instant, Sleep};
 
+use super::first_token::FirstToken;
 use super::instance::InflightGuard;
 use super::usage::{Usage, UsageScanner};
 
@@ -33,6 +34,8 @@ pin_project_lite::pin_project! {
         idle_timeout: Duration,
         keepalive: Option<KeepAlive>,
         scanner: UsageScanner,
+        // Time to first token: the probe and when the request arrived.
+        first_token: Option<(FirstToken, std::time::Instant)>,
         guard: Option<InflightGuard>,
         on_done: Option<OnDone>,
         transcript: Option<Vec<Bytes>>,
@@ -90,6 +93,7 @@ impl<S> UpstreamBody<S> {
         guard: InflightGuard,
         idle_timeout: Duration,
         keepalive: Option<KeepAlive>,
+        first_token: Option<(FirstToken, std::time::Instant)>,
         on_done: OnDone,
     ) -> Self {
         Self {
@@ -98,6 +102,7 @@ impl<S> UpstreamBody<S> {
             idle_timeout,
             keepalive,
             scanner: UsageScanner::default(),
+            first_token,
             guard: Some(guard),
             on_done: Some(on_done),
             transcript: None,
@@ -137,6 +142,13 @@ where
                 {
                     *this.kept += chunk.len();
                     t.push(chunk.clone());
+                }
+                if let (Some((probe, since)), Some(g)) =
+                    (this.first_token.as_mut(), this.guard.as_ref())
+                    && probe.feed(&chunk)
+                {
+                    let inst = g.instance();
+                    crate::telemetry::first_token(&inst.endpoint, &inst.id, since.elapsed());
                 }
                 this.idle
                     .as_mut()

@@ -15,9 +15,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
 use super::body::{KeepAlive, UpstreamBody};
+use super::first_token::{FirstToken, TokenEvent};
 use super::headers;
 use super::instance::Instance;
 use crate::error::{ApiError, ErrorKind};
+use crate::openai::rewrite_stream::{Issuer, RewriteIds};
+use crate::openai::{Placement, Route};
 use crate::route_input::RouteInput;
 use crate::routing::{Load, Reason, Request};
 use crate::state::Runtime;
@@ -28,12 +31,17 @@ use crate::telemetry;
 pub struct Forward<'a> {
     pub runtime: &'a Runtime,
     pub input: RouteInput,
-    /// Path on the instance, e.g. `/v1/chat/completions` or `/invocations`.
-    pub path: &'static str,
+    /// Path on the instance, e.g. `/v1/chat/completions` or `/invocations`,
+    /// with the client's query string where it has one.
+    pub path: &'a str,
+    pub method: reqwest::Method,
     pub headers: &'a HeaderMap,
     /// SSE keep-alive comments may be added to the answer (not when the
     /// answer is re-framed, as on SageMaker's event stream).
     pub keepalive: bool,
+    /// A streamed upload to send instead of `input.body`: it can be sent once,
+    /// so such a request gets one attempt.
+    pub upload: Option<Body>,
 }
 
 /// Where the request went and why, for logs.
@@ -44,20 +52,33 @@ pub struct Outcome {
     pub attempts: usize,
 }
 
-pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
+pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
     let ep = &f.input.endpoint;
     let server = &f.runtime.config.server;
     let started = Instant::now();
     let (loads, seen) = ep.view(&f.input);
-    if ep.config.routing.warmup.is_some() {
-        ep.hot
-            .record(f.input.key, f.path, &f.input.body, &f.input.chain);
+    // Warm-up replays chat-like prompts the strategy placed.
+    if ep.config.routing.warmup.is_some()
+        && f.input.placement == Placement::Policy
+        && matches!(
+            f.input.route,
+            Route::Chat | Route::Completions | Route::Native
+        )
+    {
+        ep.hot.record(
+            f.input.key,
+            f.input.route.upstream_path(),
+            &f.input.body,
+            &f.input.chain,
+        );
     }
     let request = f.input.routing_request();
-    let plan = ep.policy.plan(&request, &loads);
+    let plan = plan(ep, &f.input.placement, &request, &loads)?;
     let routing_took = started.elapsed();
 
     let mut upstream_headers = headers::upstream_request(f.headers);
+    // The trace continues upstream (a no-op unless OpenTelemetry is on).
+    crate::otel::inject(&mut upstream_headers);
     // The endpoint's own credential; the client's was dropped just above.
     if let Some(auth) = &ep.config.upstream_authorization {
         upstream_headers.insert(header::AUTHORIZATION, auth.clone());
@@ -85,11 +106,14 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
         };
         telemetry::routing_decision(ep.name(), &instance.id, outcome, routing_took);
         let load = loads.get(idx).copied().unwrap_or_default();
-        let indexed = ep.config.routing.strategy.uses_index();
+        // Prompts (a pinned follow-up's too) are charged to the index where
+        // they go; what is placed by load alone has no cache to remember.
+        let indexed =
+            ep.config.routing.strategy.uses_index() && f.input.placement != Placement::Load;
         let guard = instance.claim(ep.policy.queued_charge(&request, &load));
         // The instance will cache what it prefills; a request that never gets
         // there, or that it refuses, is taken back out below.
-        if attempt == 0 {
+        if attempt == 0 && f.input.placement == Placement::Policy {
             count_fallbacks(ep, &f.input, &seen);
         }
         let feed = instance.kv_feed();
@@ -118,13 +142,21 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
         } else {
             Default::default()
         };
+        let body = match f.upload.take() {
+            Some(upload) => reqwest::Body::wrap_stream(upload.into_data_stream()),
+            None if f.input.upload => {
+                // The upload went to an instance that refused the connection.
+                break;
+            }
+            None => reqwest::Body::from(f.input.body.clone()),
+        };
         let sent = Instant::now();
         let request = f
             .runtime
             .client
-            .post(format!("{}{}", instance.url, f.path))
+            .request(f.method.clone(), format!("{}{}", instance.url, f.path))
             .headers(upstream_headers.clone())
-            .body(f.input.body.clone())
+            .body(body)
             .send();
         let response = match tokio::time::timeout(server.timeouts.first_byte, request).await {
             Err(_) => {
@@ -190,12 +222,12 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
             last_error = format!("an instance answered {status}");
             continue;
         }
-        telemetry::first_byte(ep.name(), &instance.id, sent.elapsed());
+        telemetry::response_headers(ep.name(), &instance.id, sent.elapsed());
         if status.is_client_error() || status.is_server_error() {
             // Read while the slot is held, then let it go with the guard.
             let resp = super::relay_error::relay(response, server.timeouts.idle).await;
             drop(guard);
-            let api = crate::route_input::api_label(f.input.api);
+            let api = f.input.route.label();
             telemetry::request_duration(ep.name(), api, started.elapsed());
             let outcome = Outcome {
                 instance: Arc::clone(instance),
@@ -205,13 +237,18 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
             return Ok((resp, outcome));
         }
         let admission = f.input.admission.clone();
-        let timing = (started, crate::route_input::api_label(f.input.api));
+        let timing = (started, f.input.route);
+        let issuer = f.input.ids.clone().map(|scope| Issuer {
+            scope,
+            endpoint: ep.name().to_owned(),
+            instance: instance.id.clone(),
+        });
         let keepalive = server.sse_keepalive.filter(|_| f.keepalive);
         let resp = client_response(
             response,
             guard,
             (keepalive, server.timeouts.idle),
-            f.input.stream,
+            (f.input.stream, issuer),
             admission,
             timing,
         );
@@ -241,15 +278,53 @@ pub async fn forward(f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
     ))
 }
 
+/// The instances to try, in order, as the request's placement says.
+fn plan(
+    ep: &crate::state::Endpoint,
+    placement: &Placement,
+    request: &Request,
+    loads: &[Load],
+) -> Result<crate::routing::Plan, ApiError> {
+    use crate::routing::{LeastOutstanding, Plan, Policy, Strategy};
+    match placement {
+        Placement::Policy => Ok(ep.policy.plan(request, loads)),
+        Placement::Load => match ep.config.routing.strategy {
+            // The endpoint's own choice already ignores the prompt.
+            Strategy::LeastOutstandingRequests | Strategy::Random | Strategy::RoundRobin => {
+                Ok(ep.policy.plan(request, loads))
+            }
+            _ => Ok(LeastOutstanding.plan(request, loads)),
+        },
+        Placement::Pinned(id) => {
+            let idx = ep
+                .instances
+                .iter()
+                .position(|i| &i.id == id)
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorKind::ResponseNotFound,
+                        "the instance that stored this response is no longer part of the endpoint",
+                    )
+                })?;
+            // No failover: no other instance holds the response.
+            Ok(Plan {
+                order: vec![idx],
+                reason: Reason::Affinity,
+            })
+        }
+    }
+}
+
 /// Turn the upstream response into the client's, streaming the body through.
 fn client_response(
     upstream: reqwest::Response,
     guard: super::InflightGuard,
     (keepalive, idle): (Option<std::time::Duration>, std::time::Duration),
-    stream_requested: bool,
+    (stream_requested, issuer): (bool, Option<Issuer>),
     admission: Option<Arc<crate::tenancy::Admission>>,
-    (started, api): (Instant, &'static str),
+    (started, route): (Instant, Route),
 ) -> Response {
+    let api = route.label();
     let status = upstream.status();
     let mut hdrs = headers::client_response(upstream.headers());
     let is_sse = hdrs
@@ -281,14 +356,35 @@ fn client_response(
                     &instance.id,
                     u.prompt_tokens,
                     u.cached_tokens,
+                    u.completion_tokens,
                 );
             }
         },
     );
     let keepalive = keepalive.filter(|_| is_sse).map(KeepAlive::new);
-    let body = UpstreamBody::new(upstream.bytes_stream(), guard, idle, keepalive, on_done);
+    let event = match route {
+        Route::Responses | Route::ResponseById => TokenEvent::Delta,
+        _ => TokenEvent::Data,
+    };
+    let first_token = is_sse.then(|| (FirstToken::new(event), started));
+    let body = UpstreamBody::new(
+        upstream.bytes_stream(),
+        guard,
+        idle,
+        keepalive,
+        first_token,
+        on_done,
+    );
     let body = if keep { body.keep_transcript() } else { body };
-    let mut resp = Response::new(Body::from_stream(body));
+    let body = match issuer {
+        Some(issuer) => {
+            // Rewritten ids change the length.
+            hdrs.remove(header::CONTENT_LENGTH);
+            Body::from_stream(RewriteIds::new(body, issuer, is_sse))
+        }
+        None => Body::from_stream(body),
+    };
+    let mut resp = Response::new(body);
     *resp.status_mut() = status;
     *resp.headers_mut() = hdrs;
     resp

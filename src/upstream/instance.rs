@@ -67,6 +67,7 @@ impl Instance {
     pub fn new(endpoint: &str, id: &str, url: &str) -> Arc<Self> {
         telemetry::healthy(endpoint, id, true);
         telemetry::in_flight(endpoint, id, 0);
+        telemetry::instance_series(endpoint, id);
         Arc::new(Self {
             endpoint: endpoint.to_owned(),
             id: id.to_owned(),

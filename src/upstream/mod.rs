@@ -8,6 +8,7 @@
 mod body;
 pub mod capacity;
 pub mod completion;
+mod first_token;
 mod forward;
 mod headers;
 pub mod health;
@@ -16,5 +17,6 @@ mod relay_error;
 pub mod tls;
 mod usage;
 
+pub use first_token::TokenEvent;
 pub use forward::{Forward, forward};
 pub use instance::{InflightGuard, Instance};

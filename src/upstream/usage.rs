@@ -11,6 +11,9 @@ use memchr::memmem;
 const PROMPT: &[u8] = b"\"prompt_tokens\":";
 const CACHED: &[u8] = b"\"cached_tokens\":";
 const COMPLETION: &[u8] = b"\"completion_tokens\":";
+/// The Responses API's names for the same two counts.
+const INPUT: &[u8] = b"\"input_tokens\":";
+const OUTPUT: &[u8] = b"\"output_tokens\":";
 /// Longest pattern plus room for a 20-digit number and whitespace.
 const TAIL: usize = 48;
 
@@ -45,14 +48,18 @@ impl UsageScanner {
     }
 
     fn scan(&mut self, hay: &[u8]) {
-        if let Some(v) = last_number_after(hay, PROMPT) {
-            self.prompt = Some(v);
+        for pat in [PROMPT, INPUT] {
+            if let Some(v) = last_number_after(hay, pat) {
+                self.prompt = Some(v);
+            }
+        }
+        for pat in [COMPLETION, OUTPUT] {
+            if let Some(v) = last_number_after(hay, pat) {
+                self.completion = Some(v);
+            }
         }
         if let Some(v) = last_number_after(hay, CACHED) {
             self.cached = Some(v);
-        }
-        if let Some(v) = last_number_after(hay, COMPLETION) {
-            self.completion = Some(v);
         }
     }
 
@@ -122,6 +129,20 @@ data: [DONE]
                 "cut at {cut}"
             );
         }
+    }
+
+    #[test]
+    fn reads_the_responses_api_usage() {
+        let mut s = UsageScanner::default();
+        s.feed(br#"data: {"type":"response.completed","response":{"usage":{"input_tokens":40,"input_tokens_details":{"cached_tokens":32},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":47}}}"#);
+        assert_eq!(
+            s.usage(),
+            Some(Usage {
+                prompt_tokens: 40,
+                cached_tokens: 32,
+                completion_tokens: 7
+            })
+        );
     }
 
     #[test]

@@ -26,6 +26,8 @@ use futures_util::stream;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+pub mod openai;
+
 /// What an upstream does with each request.
 #[derive(Clone, Debug)]
 pub enum Mode {
@@ -61,6 +63,8 @@ pub struct UpstreamState {
     pub cancelled: AtomicUsize,
     /// Reads of its `/metrics` (the gateway's capacity probe), not counted in `seen`.
     pub metrics_reads: AtomicUsize,
+    /// Ids of the Responses API answers this instance stored.
+    pub responses: Mutex<Vec<String>>,
 }
 
 pub struct Upstream {
@@ -162,6 +166,7 @@ impl Upstream {
             peak: AtomicUsize::new(0),
             cancelled: AtomicUsize::new(0),
             metrics_reads: AtomicUsize::new(0),
+            responses: Mutex::new(Vec::new()),
         });
         // `/metrics` as an engine serves it, apart from the inference traffic
         // tests count: the gateway reads it to learn KV capacity.
@@ -241,9 +246,14 @@ async fn handle(State(state): State<Arc<UpstreamState>>, req: Request) -> Respon
     state.seen.lock().unwrap().push(Seen {
         path: parts.uri.path().to_owned(),
         headers: parts.headers.clone(),
-        body,
+        body: body.clone(),
     });
     let mode = state.mode.lock().unwrap().clone();
+    if matches!(mode, Mode::Json)
+        && let Some(resp) = openai::answer(&state, parts.method.as_str(), parts.uri.path(), &body)
+    {
+        return resp;
+    }
     let mut active = Active::new(&state);
     let json = || {
         let body = format!(

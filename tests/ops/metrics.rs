@@ -25,8 +25,8 @@ async fn a_reload_that_removes_an_instance_removes_its_series() {
         assert_eq!(r.status(), 200);
     }
     assert!(b.hits() > 0, "round robin never reached b");
-    let gone = format!("instance=\"{}\"", b.url());
-    let kept = format!("instance=\"{}\"", a.url());
+    let gone = format!("upstream=\"{}\"", b.url());
+    let kept = format!("upstream=\"{}\"", a.url());
     let text = gw.metrics().await;
     for family in [
         "kvgate_instance_healthy",

@@ -264,7 +264,7 @@ async fn the_index_gauge_follows_a_taken_back_insert() {
     assert_eq!(send(&gw, None, &body).await.0, 200);
     let v = explain(&gw, None, &body).await;
     assert_eq!(num(&v, "dead", "index_blocks"), 0);
-    let labels = ["endpoint=\"gauge\"", "instance=\"dead\""];
+    let labels = ["endpoint=\"gauge\"", "upstream=\"dead\""];
     assert_eq!(
         metric(&gw, "kvgate_index_blocks", &labels).await,
         0.0,

@@ -38,6 +38,28 @@ assert comp.choices[0].text, comp
 ids = [m.id for m in client.models.list()]
 assert model in ids, ids
 
+# The Responses API: a follow-up lands where its history is cached.
+first = client.responses.create(model=model, instructions=system, input="Say hi.", max_output_tokens=8)
+assert first.output_text and first.id.startswith("resp_kvg1_"), first
+follow = client.responses.create(model=model, input="And again.", previous_response_id=first.id, max_output_tokens=8)
+assert follow.previous_response_id == first.id, follow
+details = follow.usage.input_tokens_details
+assert details.cached_tokens >= 0.8 * follow.usage.input_tokens, ("history not cached", follow.usage)
+assert client.responses.retrieve(follow.id).output_text == follow.output_text
+deltas, done = [], None
+with client.responses.stream(model=model, input="Stream.", previous_response_id=follow.id, max_output_tokens=8) as stream:
+    for event in stream:
+        if event.type == "response.output_text.delta":
+            deltas.append(event.delta)
+        elif event.type == "response.completed":
+            done = event.response
+assert done is not None and "".join(deltas) == done.output_text, (deltas, done)
+
+# Embeddings and one model.
+emb = client.embeddings.create(model=model, input=["a", "b c"])
+assert len(emb.data) == 2 and len(emb.data[1].embedding) == 8, emb
+assert client.models.retrieve(model).id == model
+
 # Errors map to the SDK's exception classes.
 try:
     client.chat.completions.create(model="no-such-model", messages=messages)

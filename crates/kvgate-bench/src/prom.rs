@@ -198,8 +198,8 @@ mod tests {
     use super::*;
 
     const TEXT: &str = r#"# TYPE kvgate_routing_decisions_total counter
-kvgate_routing_decisions_total{endpoint="w1",instance="sim-0",outcome="overflow"} 3
-kvgate_routing_decisions_total{endpoint="w\"1",instance="sim-1",outcome="affinity"} 7
+kvgate_routing_decisions_total{endpoint="w1",upstream="sim-0",outcome="overflow"} 3
+kvgate_routing_decisions_total{endpoint="w\"1",upstream="sim-1",outcome="affinity"} 7
 h_bucket{le="0.001"} 2
 h_bucket{le="0.002"} 6
 h_bucket{le="+Inf"} 8

@@ -23,7 +23,8 @@ const BODY_LIMIT: usize = 64 * 1024 * 1024;
 type Payload = Result<Bytes, BytesRejection>;
 
 impl SimServer {
-    /// Every route: `POST /v1/chat/completions`, `/v1/completions`, `/invocations`;
+    /// Every route: `POST /v1/chat/completions`, `/v1/completions`, `/invocations`,
+    /// `/v1/responses`, `/v1/embeddings`; `GET /v1/responses/{id}`;
     /// `GET /ping`, `/health`, `/v1/models`, `/metrics`. Unknown paths and
     /// methods get an OpenAI-shaped 404 or 405.
     pub fn router(self: &Arc<Self>) -> Router {
@@ -31,6 +32,9 @@ impl SimServer {
             .route("/v1/chat/completions", post(chat))
             .route("/v1/completions", post(completions))
             .route("/invocations", post(invocations))
+            .route("/v1/responses", post(responses))
+            .route("/v1/responses/{id}", get(retrieve))
+            .route("/v1/embeddings", post(embeddings))
             .route("/ping", get(ok))
             .route("/health", get(ok))
             .route("/v1/models", get(models))
@@ -91,6 +95,29 @@ async fn try_generate(s: &SimServer, body: Payload, parse: Parse) -> Result<Resp
         cached_tokens: p.cached_tokens,
     };
     Ok(Json(response::complete(&accepted.meta, usage)).into_response())
+}
+
+async fn responses(State(s): State<Arc<SimServer>>, body: Payload) -> Response {
+    let result = match body {
+        Ok(b) => s.respond(&b).await,
+        Err(e) => Err(ApiError::from(e)),
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn retrieve(
+    State(s): State<Arc<SimServer>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    s.retrieve(&id).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn embeddings(body: Payload) -> Response {
+    let result = match body {
+        Ok(b) => crate::responses::embeddings(&b),
+        Err(e) => Err(ApiError::from(e)),
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn ok() -> &'static str {

@@ -80,6 +80,7 @@ mod kv_events;
 mod metrics;
 mod request;
 mod response;
+mod responses;
 mod scheduler;
 mod serve;
 mod server;

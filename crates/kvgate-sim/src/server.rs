@@ -31,6 +31,8 @@ pub struct SimServer {
     kv_controls: Arc<KvControls>,
     /// The KV-event publisher, once [`crate::spawn`] has bound its sockets.
     kv_sink: OnceLock<KvSink>,
+    /// Responses API conversations stored here (vLLM keeps them per instance).
+    pub(crate) responses: Arc<crate::responses::Store>,
 }
 
 /// A request accepted by the engine.
@@ -58,6 +60,7 @@ impl SimServer {
             next_id: AtomicU64::new(0),
             kv_controls: Arc::default(),
             kv_sink: OnceLock::new(),
+            responses: Arc::default(),
         })
     }
 

@@ -1,0 +1,87 @@
+//! `GET` / `DELETE /v1/responses/{id}` and `POST /v1/responses/{id}/cancel`:
+//! sent to the instance the id names (see [`crate::openai::response_id`]),
+//! with the upstream's own id. An id this tenant was not issued is a 404, as
+//! is one whose instance has left the endpoint. Answers carry kvgate's ids.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, Uri};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use crate::error::{ApiError, ErrorKind};
+use crate::openai::response_id::IdScope;
+use crate::openai::{Placement, Route};
+use crate::route_input::RouteInput;
+use crate::state::AppState;
+use crate::tenancy::Tenant;
+
+pub async fn by_id(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    tenant: Option<Extension<Tenant>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let cancel = uri.path().ends_with("/cancel");
+    let runtime = state.runtime.load_full();
+    let tenant = tenant.map_or_else(Tenant::anonymous, |t| t.0);
+    let scope = IdScope::new(runtime.config.tenancy.salt_secret.as_ref(), &tenant.id);
+    let not_found = || {
+        ApiError::new(
+            ErrorKind::ResponseNotFound,
+            format!("Response with id '{id}' not found."),
+        )
+        .into_response()
+    };
+    let Some(issued) = scope.decode(&id) else {
+        return not_found();
+    };
+    // The endpoint whose instance the id names (tags are per endpoint).
+    let Some((endpoint, instance)) = runtime
+        .endpoints
+        .iter()
+        .find_map(|ep| scope.instance_of(&issued, ep).map(|i| (ep, i.id.clone())))
+    else {
+        return not_found();
+    };
+    let mut path = format!("/v1/responses/{}", issued.upstream);
+    if cancel {
+        path.push_str("/cancel");
+    }
+    if let Some(q) = uri.query() {
+        path = format!("{path}?{q}");
+    }
+    let input = RouteInput {
+        api: Route::ResponseById.api(),
+        route: Route::ResponseById,
+        placement: Placement::Pinned(instance),
+        ids: Some(scope),
+        upload: false,
+        endpoint: Arc::clone(endpoint),
+        model: None,
+        stream: false,
+        partition: String::new(),
+        key: 0,
+        chain: Arc::new([]),
+        kv: None,
+        prompt_tokens: 0,
+        body: Bytes::new(),
+        has_cache_salt: false,
+        is_object: false,
+        admission: None,
+    };
+    super::proxy::send(
+        &runtime,
+        input,
+        (&path, method),
+        &headers,
+        None,
+        &tenant.id,
+        super::proxy::Wire::Plain,
+    )
+    .await
+}

@@ -1,0 +1,136 @@
+//! What a served inference route is: its metric label, the path it is
+//! forwarded to, how its prompt is windowed, and how its instance is chosen.
+
+use kvgate_prefix::Api;
+
+/// A route that forwards to an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Route {
+    Chat,
+    Completions,
+    /// SageMaker Invoke (`/endpoints/{name}/invocations…`).
+    Native,
+    /// `POST /v1/responses`.
+    Responses,
+    /// `GET`/`DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`.
+    ResponseById,
+    Embeddings,
+    Tokenize,
+    Detokenize,
+    Score,
+    Rerank,
+    Pooling,
+    Transcriptions,
+}
+
+/// How the instance is chosen.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// The endpoint's strategy, by the prompt.
+    #[default]
+    Policy,
+    /// Fewest in-flight requests when the endpoint's strategy is prefix-based
+    /// (its own otherwise): requests without a generation to cache for.
+    Load,
+    /// This instance and no other: it holds the response the request names.
+    Pinned(String),
+}
+
+impl Route {
+    /// Every route, for metrics present from start-up.
+    pub const ALL: [Route; 12] = [
+        Route::Chat,
+        Route::Completions,
+        Route::Native,
+        Route::Responses,
+        Route::ResponseById,
+        Route::Embeddings,
+        Route::Tokenize,
+        Route::Detokenize,
+        Route::Score,
+        Route::Rerank,
+        Route::Pooling,
+        Route::Transcriptions,
+    ];
+
+    /// The route a matched path template is.
+    pub fn of_template(template: &str) -> Option<Self> {
+        Some(match template {
+            "/v1/chat/completions" => Self::Chat,
+            "/v1/completions" => Self::Completions,
+            "/v1/responses" => Self::Responses,
+            "/v1/embeddings" => Self::Embeddings,
+            "/tokenize" => Self::Tokenize,
+            "/detokenize" => Self::Detokenize,
+            "/v1/score" => Self::Score,
+            "/v1/rerank" => Self::Rerank,
+            "/pooling" => Self::Pooling,
+            "/v1/audio/transcriptions" => Self::Transcriptions,
+            t if t.starts_with("/v1/responses/") => Self::ResponseById,
+            // `/invocations`: SageMaker's container contract, the first endpoint's Invoke.
+            t if t.starts_with("/endpoints/") || t == "/invocations" => Self::Native,
+            _ => return None,
+        })
+    }
+
+    /// The `api` label of `kvgate_requests_total` and friends.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Chat => "chat",
+            Self::Completions => "completions",
+            Self::Native => "native",
+            Self::Responses | Self::ResponseById => "responses",
+            Self::Embeddings => "embeddings",
+            Self::Tokenize => "tokenize",
+            Self::Detokenize => "detokenize",
+            Self::Score => "score",
+            Self::Rerank => "rerank",
+            Self::Pooling => "pooling",
+            Self::Transcriptions => "transcriptions",
+        }
+    }
+
+    /// The instance path a body-carrying route is sent to (the same as the
+    /// client's, but SageMaker's). [`Route::ResponseById`] builds its own.
+    pub fn upstream_path(self) -> &'static str {
+        match self {
+            Self::Chat => "/v1/chat/completions",
+            Self::Completions => "/v1/completions",
+            Self::Native => "/invocations",
+            Self::Responses | Self::ResponseById => "/v1/responses",
+            Self::Embeddings => "/v1/embeddings",
+            Self::Tokenize => "/tokenize",
+            Self::Detokenize => "/detokenize",
+            Self::Score => "/v1/score",
+            Self::Rerank => "/v1/rerank",
+            Self::Pooling => "/pooling",
+            Self::Transcriptions => "/v1/audio/transcriptions",
+        }
+    }
+
+    /// How the prompt is windowed: the Responses API as chat (its input is
+    /// turned into messages), embeddings as completions (`input` as `prompt`).
+    pub fn api(self) -> Api {
+        match self {
+            Self::Chat | Self::Responses | Self::ResponseById => Api::Chat,
+            Self::Native => Api::Native,
+            _ => Api::Completions,
+        }
+    }
+
+    /// Whether the body's prompt is read and keyed (the rest route by `model` only).
+    pub fn reads_prompt(self) -> bool {
+        matches!(
+            self,
+            Self::Chat | Self::Completions | Self::Native | Self::Responses | Self::Embeddings
+        )
+    }
+
+    /// Whether the endpoint's strategy places it (else [`Placement::Load`]).
+    pub fn uses_strategy(self) -> bool {
+        matches!(
+            self,
+            Self::Chat | Self::Completions | Self::Native | Self::Responses
+        )
+    }
+}
