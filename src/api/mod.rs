@@ -154,6 +154,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     // Everything here is authenticated; the open allow-list is merged below.
     let authenticated = group(Access::Authenticated)
         .route_layer(from_fn_with_state(Arc::clone(&state), auth::authenticate))
+        // The Responses API's by-id routes are counted like inference; the
+        // rest of this group (model lists) match no API and pass untouched.
+        .route_layer(from_fn_with_state(Arc::clone(&state), count::count))
         .merge(inference);
 
     // Operators only: admin routes see every tenant's traffic.

@@ -22,10 +22,12 @@ pub async fn by_id(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
     tenant: Option<Extension<Tenant>>,
+    slot: Option<Extension<crate::middleware::count::EndpointSlot>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
+    let slot = slot.map(|Extension(s)| s);
     let cancel = uri.path().ends_with("/cancel");
     let runtime = state.runtime.load_full();
     let tenant = tenant.map_or_else(Tenant::anonymous, |t| t.0);
@@ -48,6 +50,9 @@ pub async fn by_id(
     else {
         return not_found();
     };
+    if let Some(slot) = slot {
+        slot.set(endpoint.name());
+    }
     let mut path = format!("/v1/responses/{}", issued.upstream);
     if cancel {
         path.push_str("/cancel");

@@ -52,6 +52,9 @@ async fn prepare(
         )
         .await?;
         let input = crate::openai::input::upload(&runtime, route, model)?;
+        if let Some(slot) = parts.extensions.get::<super::count::EndpointSlot>() {
+            slot.set(input.endpoint.name());
+        }
         parts.extensions.insert(input);
         parts.extensions.insert(runtime);
         return Ok(Request::from_parts(parts, body));

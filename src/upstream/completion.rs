@@ -13,8 +13,9 @@ use bytes::Bytes;
 use serde_json::Value;
 
 /// Tokens of the text the chunks of an OpenAI SSE stream carry: each
-/// choice's `delta.content`, reasoning and tool-call arguments (chat) or
-/// `text` (completions), counted per choice.
+/// choice's `delta.content`, reasoning and tool-call arguments (chat),
+/// `text` (completions) or a Responses stream's `*.delta` events, counted
+/// per choice (per output).
 pub fn count(chunks: &[Bytes]) -> u64 {
     let bpe = tiktoken_rs::o200k_base_singleton();
     streamed_text(chunks)
@@ -37,6 +38,18 @@ pub fn streamed_text(chunks: &[Bytes]) -> BTreeMap<u64, String> {
         let Ok(event) = serde_json::from_str::<Value>(data) else {
             continue; // `[DONE]`, or not JSON
         };
+        // The Responses API streams its text as `response.*.delta` events
+        // (output text, reasoning, function-call arguments), one output.
+        if event["type"]
+            .as_str()
+            .is_some_and(|t| t.ends_with(".delta"))
+        {
+            let text = out
+                .entry(event["output_index"].as_u64().unwrap_or(0))
+                .or_default();
+            text.push_str(event["delta"].as_str().unwrap_or_default());
+            continue;
+        }
         for choice in event["choices"].as_array().into_iter().flatten() {
             let text = out
                 .entry(choice["index"].as_u64().unwrap_or(0))
@@ -81,6 +94,18 @@ mod tests {
         let bpe = tiktoken_rs::o200k_base_singleton();
         let want = bpe.encode_ordinary("Hello, world").len() + bpe.encode_ordinary("Bonjour").len();
         assert_eq!(count(&chunks), want as u64);
+    }
+
+    #[test]
+    fn a_responses_stream_counts_its_delta_events() {
+        let sse = concat!(
+            "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n\n",
+            "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"Hello \"}\n\n",
+            "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"world\"}\n\n",
+        );
+        let text = streamed_text(&[Bytes::from_static(sse.as_bytes())]);
+        assert_eq!(text.get(&0).map(String::as_str), Some("Hello world"));
+        assert!(count(&[Bytes::from_static(sse.as_bytes())]) >= 2);
     }
 
     #[test]

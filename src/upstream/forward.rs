@@ -350,7 +350,8 @@ fn client_response(
                 settle(&a, usage, transcript, &instance.endpoint);
             }
             telemetry::request_duration(&instance.endpoint, api, started.elapsed());
-            if let Some(u) = usage {
+            // A retrieved response repeats the usage of the one that made it.
+            if let Some(u) = usage.filter(|_| route != Route::ResponseById) {
                 telemetry::usage(
                     &instance.endpoint,
                     &instance.id,

@@ -28,11 +28,26 @@ fn responses_body(input: &str, prev: Option<&str>) -> Value {
     b
 }
 
+/// `kvgate_requests_total` of the Responses API's 2xx on endpoint `byid`.
+async fn by_id_counted(gw: &Gateway) -> f64 {
+    let series = "kvgate_requests_total{endpoint=\"byid\",api=\"responses\",status=\"2xx\"}";
+    gw.metrics()
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix(series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follow_ups_and_retrieves_reach_the_instance_that_stored_the_response() {
     let ups = fleet(4).await;
     let refs: Vec<&Upstream> = ups.iter().collect();
-    let gw = Gateway::start(&config(MODEL, &refs, "prefix_aware", 10)).await;
+    // Its own endpoint name: no other test's requests count in its series.
+    let gw = Gateway::start(
+        &config(MODEL, &refs, "prefix_aware", 10).replace("name: chat", "name: byid"),
+    )
+    .await;
     let first = gw
         .post("/v1/responses", &responses_body("hello", None))
         .await;
@@ -75,6 +90,7 @@ async fn follow_ups_and_retrieves_reach_the_instance_that_stored_the_response() 
         "the upstream got its own id: {sent}"
     );
     // Retrieve and cancel by kvgate's id.
+    let before = by_id_counted(&gw).await;
     let got = client()
         .get(gw.url(&format!("/v1/responses/{id}")))
         .send()
@@ -92,6 +108,12 @@ async fn follow_ups_and_retrieves_reach_the_instance_that_stored_the_response() 
         .unwrap();
     assert_eq!(served_by(&cancel), home);
     assert_eq!(json_of(cancel).await["status"], "cancelled");
+    // The by-id routes are counted, under the endpoint the id names.
+    assert_eq!(
+        by_id_counted(&gw).await - before,
+        2.0,
+        "a retrieve and a cancel"
+    );
     // Ids kvgate did not issue are 404s in OpenAI's shape, sent nowhere.
     let hits: usize = ups.iter().map(Upstream::hits).sum();
     for bad in ["resp_abc", "resp_kvg1_00_00", &format!("{id}0")] {
