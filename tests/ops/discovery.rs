@@ -109,6 +109,56 @@ pub async fn fleet(ips: &[u8]) -> (u16, Vec<Upstream>) {
     panic!("no port free on every loopback address");
 }
 
+/// Chat requests sent one after another until stopped, each with a new
+/// prompt, counting those that were not a 200.
+pub struct Traffic {
+    stop: Arc<AtomicBool>,
+    failed: Arc<AtomicUsize>,
+    sent: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Traffic {
+    pub fn start(gw: &Arc<Gateway>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let failed = Arc::new(AtomicUsize::new(0));
+        let sent = Arc::new(AtomicUsize::new(0));
+        let (g, st, f, se) = (gw.clone(), stop.clone(), failed.clone(), sent.clone());
+        let task = tokio::spawn(async move {
+            let mut n = 0;
+            while !st.load(Ordering::SeqCst) {
+                n += 1;
+                let resp = g
+                    .chat(&chat_body(MODEL, &system_prompt(n), "q", false))
+                    .await;
+                if resp.status() != 200 {
+                    f.fetch_add(1, Ordering::SeqCst);
+                }
+                se.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        Self {
+            stop,
+            failed,
+            sent,
+            task,
+        }
+    }
+
+    /// Wait until 20 more requests have been answered.
+    pub async fn flows(&self, what: &str) {
+        let before = self.sent.load(Ordering::SeqCst);
+        eventually(what, || self.sent.load(Ordering::SeqCst) > before + 20).await;
+    }
+
+    /// Stop and say how many requests failed.
+    pub async fn failed(self) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.unwrap();
+        self.failed.load(Ordering::SeqCst)
+    }
+}
+
 pub fn ids(gw: &Gateway) -> Vec<String> {
     let mut ids: Vec<String> = gw.instances().iter().map(|i| i.id.clone()).collect();
     ids.sort();
@@ -142,35 +192,13 @@ endpoints:
     eventually("two instances discovered", || ids(&gw) == [at(2), at(3)]).await;
 
     // Traffic throughout: every request must succeed while the set changes.
-    let stop = Arc::new(AtomicBool::new(false));
-    let failed = Arc::new(AtomicUsize::new(0));
-    let sent = Arc::new(AtomicUsize::new(0));
-    let traffic = {
-        let (gw, stop, failed, sent) = (gw.clone(), stop.clone(), failed.clone(), sent.clone());
-        tokio::spawn(async move {
-            let mut n = 0;
-            while !stop.load(Ordering::SeqCst) {
-                n += 1;
-                let resp = gw
-                    .chat(&chat_body(MODEL, &system_prompt(n), "q", false))
-                    .await;
-                if resp.status() != 200 {
-                    failed.fetch_add(1, Ordering::SeqCst);
-                }
-                sent.fetch_add(1, Ordering::SeqCst);
-            }
-        })
-    };
-    eventually("traffic flowing", || sent.load(Ordering::SeqCst) > 20).await;
+    let traffic = Traffic::start(&gw);
+    traffic.flows("traffic flowing").await;
 
     // A pod joins and another leaves.
     dns.answer(&[3, 4]);
     eventually("the set follows the answer", || ids(&gw) == [at(3), at(4)]).await;
-    let before = sent.load(Ordering::SeqCst);
-    eventually("traffic after the change", || {
-        sent.load(Ordering::SeqCst) > before + 20
-    })
-    .await;
+    traffic.flows("traffic after the change").await;
     assert!(ups[2].hits() > 0, "the joined instance takes traffic");
 
     // An empty answer (NXDOMAIN) keeps the last known set, and is counted.
@@ -195,17 +223,11 @@ endpoints:
 
     // The DNS server dies: still serving on the last set.
     drop(dns);
-    let before = sent.load(Ordering::SeqCst);
-    eventually("traffic with DNS gone", || {
-        sent.load(Ordering::SeqCst) > before + 20
-    })
-    .await;
+    traffic.flows("traffic with DNS gone").await;
     assert_eq!(ids(&gw), [at(3), at(4)]);
 
-    stop.store(true, Ordering::SeqCst);
-    traffic.await.unwrap();
     assert_eq!(
-        failed.load(Ordering::SeqCst),
+        traffic.failed().await,
         0,
         "requests failed while instances changed"
     );

@@ -12,7 +12,7 @@ use axum::extract::{Query, State};
 use axum::response::IntoResponse;
 use tokio::sync::mpsc;
 
-use super::discovery::{fleet, ids};
+use super::discovery::{Traffic, fleet, ids};
 use super::*;
 
 fn fixture(name: &str, port: u16) -> String {
@@ -108,33 +108,8 @@ endpoints:
         api.seen.lock().unwrap()
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let failed = Arc::new(AtomicUsize::new(0));
-    let sent = Arc::new(AtomicUsize::new(0));
-    let traffic = {
-        let (gw, stop, failed, sent) = (gw.clone(), stop.clone(), failed.clone(), sent.clone());
-        tokio::spawn(async move {
-            let mut n = 0;
-            while !stop.load(Ordering::SeqCst) {
-                n += 1;
-                let resp = gw
-                    .chat(&chat_body(MODEL, &system_prompt(n), "q", false))
-                    .await;
-                if resp.status() != 200 {
-                    failed.fetch_add(1, Ordering::SeqCst);
-                }
-                sent.fetch_add(1, Ordering::SeqCst);
-            }
-        })
-    };
-    let more_traffic = |what: &'static str| {
-        let sent = sent.clone();
-        async move {
-            let before = sent.load(Ordering::SeqCst);
-            eventually(what, || sent.load(Ordering::SeqCst) > before + 20).await;
-        }
-    };
-    more_traffic("traffic flowing").await;
+    let traffic = Traffic::start(&gw);
+    traffic.flows("traffic flowing").await;
 
     // MODIFIED: vllm-1 is terminating (a rolling update), vllm-2 is ready.
     let lines = fixture("watch-1.jsonl", port);
@@ -142,7 +117,7 @@ endpoints:
     w1.send(lines.next().unwrap().to_owned()).unwrap();
     eventually("vllm-1 out, vllm-2 in", || ids(&gw) == ["vllm-0", "vllm-2"]).await;
     let terminating_hits = ups[1].hits();
-    more_traffic("traffic after the rollout").await;
+    traffic.flows("traffic after the rollout").await;
     assert_eq!(
         ups[1].hits(),
         terminating_hits,
@@ -176,12 +151,10 @@ endpoints:
         ids(&gw) == ["vllm-0", "vllm-2"]
     })
     .await;
-    more_traffic("traffic at the end").await;
+    traffic.flows("traffic at the end").await;
 
-    stop.store(true, Ordering::SeqCst);
-    traffic.await.unwrap();
     assert_eq!(
-        failed.load(Ordering::SeqCst),
+        traffic.failed().await,
         0,
         "requests failed while pods changed"
     );
