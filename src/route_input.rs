@@ -57,6 +57,30 @@ pub struct RouteInput {
 }
 
 impl RouteInput {
+    /// A request placed without a prompt key (by-id routes, uploads, routes
+    /// that read no prompt): nothing to index, no body of its own yet.
+    pub fn unkeyed(route: Route, endpoint: Arc<Endpoint>, placement: Placement) -> Self {
+        Self {
+            api: route.api(),
+            route,
+            placement,
+            ids: None,
+            upload: false,
+            endpoint,
+            model: None,
+            stream: false,
+            partition: String::new(),
+            key: 0,
+            chain: Arc::new([]),
+            kv: None,
+            prompt_tokens: 0,
+            body: Bytes::new(),
+            has_cache_salt: false,
+            is_object: false,
+            admission: None,
+        }
+    }
+
     /// What a routing policy is told of this request.
     pub fn routing_request(&self) -> crate::routing::Request {
         crate::routing::Request {
@@ -274,26 +298,17 @@ pub fn analyse_route(
         body = upstream_body;
     }
     if !route.reads_prompt() {
-        let has_cache_salt = value.get("cache_salt").is_some();
         return Ok(Analysis {
             input: RouteInput {
-                api,
-                route,
-                placement,
                 ids,
-                upload: false,
-                endpoint,
                 model,
                 stream,
                 partition: partition_header.or(partition_body).unwrap_or_default(),
-                key: 0,
-                chain: Arc::new([]),
-                kv: None,
                 prompt_tokens: crate::routing::cost::tokens_of_chars(body.len()),
-                body,
-                has_cache_salt,
+                has_cache_salt: value.get("cache_salt").is_some(),
                 is_object: value.is_object(),
-                admission: None,
+                body,
+                ..RouteInput::unkeyed(route, endpoint, placement)
             },
             window: Vec::new(),
         });

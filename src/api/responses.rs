@@ -9,7 +9,6 @@ use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 
 use crate::error::{ApiError, ErrorKind};
 use crate::openai::response_id::IdScope;
@@ -61,23 +60,12 @@ pub async fn by_id(
         path = format!("{path}?{q}");
     }
     let input = RouteInput {
-        api: Route::ResponseById.api(),
-        route: Route::ResponseById,
-        placement: Placement::Pinned(instance),
         ids: Some(scope),
-        upload: false,
-        endpoint: Arc::clone(endpoint),
-        model: None,
-        stream: false,
-        partition: String::new(),
-        key: 0,
-        chain: Arc::new([]),
-        kv: None,
-        prompt_tokens: 0,
-        body: Bytes::new(),
-        has_cache_salt: false,
-        is_object: false,
-        admission: None,
+        ..RouteInput::unkeyed(
+            Route::ResponseById,
+            Arc::clone(endpoint),
+            Placement::Pinned(instance),
+        )
     };
     super::proxy::send(
         &runtime,

@@ -47,23 +47,9 @@ pub fn upload(runtime: &Runtime, route: Route, model: String) -> Result<RouteInp
         .with_param("model")
     })?;
     Ok(RouteInput {
-        api: route.api(),
-        route,
-        placement: Placement::Load,
-        ids: None,
         upload: true,
-        endpoint: Arc::clone(endpoint),
         model: Some(model),
-        stream: false,
-        partition: String::new(),
-        key: 0,
-        chain: Arc::new([]),
-        kv: None,
-        prompt_tokens: 0,
-        body: Bytes::new(),
-        has_cache_salt: false,
-        is_object: false,
-        admission: None,
+        ..RouteInput::unkeyed(route, Arc::clone(endpoint), Placement::Load)
     })
 }
 
