@@ -6,6 +6,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use kvgate::Config;
 
+/// mimalloc instead of glibc's malloc: a proxied request makes a few dozen
+/// short-lived allocations across worker threads, and glibc's arenas spent
+/// 18% of the gateway's CPU on them under load (bench/results/proxy-profile.md).
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "kvgate",

@@ -8,7 +8,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const REQUESTS: &str = "kvgate_requests_total";
@@ -238,40 +238,109 @@ pub fn request_duration(endpoint: &str, api: &'static str, elapsed: Duration) {
         .record(elapsed.as_secs_f64());
 }
 
-pub fn routing_decision(endpoint: &str, instance: &str, outcome: &'static str, took: Duration) {
-    histogram!(ROUTING_DURATION).record(took.as_secs_f64());
-    counter!(ROUTING_DECISIONS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "outcome" => outcome)
-        .increment(1);
-}
-
-pub fn response_headers(endpoint: &str, instance: &str, took: Duration) {
-    histogram!(UPSTREAM_HEADERS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
-        .record(took.as_secs_f64());
-}
-
-pub fn in_flight(endpoint: &str, instance: &str, n: usize) {
-    gauge!(IN_FLIGHT, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
-        .set(n as f64);
-}
-
 pub fn healthy(endpoint: &str, instance: &str, up: bool) {
     gauge!(HEALTHY, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .set(if up { 1.0 } else { 0.0 });
 }
 
-/// Time to first token of a streamed answer.
-pub fn first_token(endpoint: &str, instance: &str, took: Duration) {
-    histogram!(TTFT, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
-        .record(took.as_secs_f64());
+/// Routing outcomes, as `Reason::as_str` and `"failover"` name them.
+const OUTCOMES: [&str; 9] = [
+    "affinity",
+    "overflow",
+    "fallback",
+    "balance",
+    "last_resort",
+    "cache_hit",
+    "cache_spread",
+    "cold",
+    "failover",
+];
+
+/// One upstream's per-request series, resolved once. A labelled macro call
+/// builds its key (owned label strings) and looks it up in the registry on
+/// every call: together a few percent of a proxied request's CPU.
+pub struct UpstreamSeries {
+    in_flight: Gauge,
+    headers: Histogram,
+    ttft: Histogram,
+    prompt: Counter,
+    cached: Counter,
+    completion: Counter,
+    index_blocks: Gauge,
+    index_bytes: Gauge,
+    decisions: [Counter; OUTCOMES.len()],
+    endpoint: String,
+    upstream: String,
 }
 
-pub fn usage(endpoint: &str, instance: &str, prompt: u64, cached: u64, completion: u64) {
-    counter!(PROMPT_TOKENS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
-        .increment(prompt);
-    counter!(CACHED_TOKENS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
-        .increment(cached);
-    counter!(COMPLETION_TOKENS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
-        .increment(completion);
+impl std::fmt::Debug for UpstreamSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamSeries")
+            .field("endpoint", &self.endpoint)
+            .field("upstream", &self.upstream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UpstreamSeries {
+    /// The handles, from the gateway's recorder (installed here if it is not yet).
+    pub fn new(endpoint: &str, upstream: &str) -> Self {
+        let _ = handle();
+        let labels = [
+            ("endpoint", endpoint.to_owned()),
+            ("upstream", upstream.to_owned()),
+        ];
+        Self {
+            in_flight: gauge!(IN_FLIGHT, &labels),
+            headers: histogram!(UPSTREAM_HEADERS, &labels),
+            ttft: histogram!(TTFT, &labels),
+            prompt: counter!(PROMPT_TOKENS, &labels),
+            cached: counter!(CACHED_TOKENS, &labels),
+            completion: counter!(COMPLETION_TOKENS, &labels),
+            index_blocks: gauge!(INDEX_BLOCKS, &labels),
+            index_bytes: gauge!(INDEX_BYTES, &labels),
+            decisions: OUTCOMES.map(|outcome| {
+                counter!(ROUTING_DECISIONS, "endpoint" => endpoint.to_owned(), "upstream" => upstream.to_owned(), "outcome" => outcome)
+            }),
+            endpoint: endpoint.to_owned(),
+            upstream: upstream.to_owned(),
+        }
+    }
+
+    pub fn routing_decision(&self, outcome: &'static str, took: Duration) {
+        histogram!(ROUTING_DURATION).record(took.as_secs_f64());
+        match OUTCOMES.iter().position(|o| *o == outcome) {
+            Some(i) => self.decisions[i].increment(1),
+            None => counter!(ROUTING_DECISIONS, "endpoint" => self.endpoint.clone(), "upstream" => self.upstream.clone(), "outcome" => outcome)
+                .increment(1),
+        }
+    }
+
+    pub fn response_headers(&self, took: Duration) {
+        self.headers.record(took.as_secs_f64());
+    }
+
+    pub fn in_flight(&self, n: usize) {
+        self.in_flight.set(n as f64);
+    }
+
+    /// Time to first token of a streamed answer.
+    pub fn first_token(&self, took: Duration) {
+        self.ttft.record(took.as_secs_f64());
+    }
+
+    pub fn usage(&self, prompt: u64, cached: u64, completion: u64) {
+        self.prompt.increment(prompt);
+        self.cached.increment(cached);
+        self.completion.increment(completion);
+    }
+
+    /// Blocks in the upstream's index, and their approximate memory.
+    pub fn index_size(&self, blocks: usize) {
+        self.index_blocks.set(blocks as f64);
+        self.index_bytes
+            .set((blocks * crate::routing::index::ENTRY_BYTES) as f64);
+    }
 }
 
 /// Every series of one upstream, at zero, so dashboards and `rate()` see it
@@ -329,14 +398,6 @@ pub fn rejection(code: &'static str) {
 /// How much of its prompt the chosen instance was believed to hold (cache-aware routing).
 pub fn matched_fraction(endpoint: &str, fraction: f64) {
     histogram!(MATCHED_FRACTION, "endpoint" => endpoint.to_owned()).record(fraction);
-}
-
-/// Blocks in an instance's index, and their approximate memory.
-pub fn index_size(endpoint: &str, instance: &str, blocks: usize) {
-    gauge!(INDEX_BLOCKS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
-        .set(blocks as f64);
-    gauge!(INDEX_BYTES, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
-        .set((blocks * crate::routing::index::ENTRY_BYTES) as f64);
 }
 
 pub fn config_reload(ok: bool) {

@@ -611,3 +611,81 @@ async fn import_sagemaker_prints_an_endpoint_that_check_accepts() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a SageMaker endpoint config"));
 }
+
+/// A real `kvgate serve` process with `extra` appended to the `server:`
+/// section, one chat request through it, and everything it logged.
+async fn logs_of_one_request(extra: &str) -> String {
+    use tokio::io::AsyncBufReadExt;
+    let up = Upstream::start("a", Mode::Json).await;
+    let dir = std::env::temp_dir().join(format!(
+        "kvgate-access-{}-{}",
+        std::process::id(),
+        extra.len()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kvgate.yaml");
+    let yaml = config(MODEL, &[&up], "prefix_aware", 10)
+        .replace("server:\n", &format!("server:\n{extra}"));
+    std::fs::write(&path, yaml).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kvgate"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut logged = String::new();
+    let addr = loop {
+        let line = lines.next_line().await.unwrap().expect("kvgate exited");
+        logged.push_str(&line);
+        logged.push('\n');
+        if let Some(rest) = line.split("addr=").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    let resp = client()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .header("x-request-id", "req-access-log-1")
+        .header("content-type", "application/json")
+        .body(chat_body(MODEL, "You are terse.", "Hi?", false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.bytes().await.unwrap();
+    // The line is written before the answer leaves; stop and read what is left.
+    child.start_kill().unwrap();
+    while let Ok(Some(line)) = lines.next_line().await {
+        logged.push_str(&line);
+        logged.push('\n');
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    logged
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_is_off_by_default_and_one_line_a_request_when_on() {
+    let quiet = logs_of_one_request("").await;
+    assert!(
+        !quiet.contains("routed"),
+        "a line per request by default:\n{quiet}"
+    );
+    let on = logs_of_one_request("  access_log: true\n").await;
+    let line = on
+        .lines()
+        .find(|l| l.contains("routed"))
+        .unwrap_or_else(|| panic!("no access line:\n{on}"));
+    for field in [
+        "kvgate::access",
+        "req-access-log-1",
+        "tenant=anonymous",
+        "chat",
+        "reason=",
+        "status=200",
+        "headers_ms=",
+    ] {
+        assert!(line.contains(field), "{field} missing from {line}");
+    }
+}

@@ -183,16 +183,9 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .layer(TraceLayer::new_for_http().make_span_with(crate::otel::MakeSpan))
                 // Echo the id on every response, errors included.
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-                // SageMaker routes answer errors in SageMaker's shape: every
-                // error below, whichever layer raised it, passes through here.
-                .layer(from_fn(crate::sagemaker::error::wire))
-                // What the connection guard refused before hyper saw it
-                // (conn/): answered here, after the request id and the trace.
-                .layer(from_fn(crate::conn::render::answer_refused))
-                // Framing that could smuggle a request: refused first.
-                .layer(from_fn(crate::middleware::framing::check))
-                // A path the route extractors cannot decode: 400, not axum's text.
-                .layer(from_fn(crate::middleware::path::check)),
+                // Refusals before routing, and SageMaker's error shape on its
+                // routes (one layer: middleware/front.rs).
+                .layer(from_fn(crate::middleware::front::front)),
         )
 }
 

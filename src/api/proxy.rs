@@ -98,13 +98,14 @@ pub async fn send(
     let started = Instant::now();
     let route = input.route;
     let api = route.label();
-    let endpoint = input.endpoint.name().to_owned();
+    let endpoint = Arc::clone(&input.endpoint);
     let key = input.key;
-    let request_id = headers
-        .get(crate::api::REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
+    let request_id = || {
+        headers
+            .get(crate::api::REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    };
     let result = forward(Forward {
         runtime,
         path,
@@ -118,15 +119,19 @@ pub async fn send(
     // Counted in kvgate_requests_total by the count layer, refusals alike.
     match result {
         Ok((mut resp, outcome)) => {
-            tracing::info!(
-                request_id, tenant = %tenant, endpoint, api, instance = %outcome.instance.id,
-                // As in kvgate_routing_decisions_total: a later attempt is a failover.
-                reason = if outcome.attempts > 1 { "failover" } else { outcome.reason.as_str() },
-                attempts = outcome.attempts,
-                key = format_args!("{key:016x}"), status = resp.status().as_u16(),
-                headers_ms = started.elapsed().as_secs_f64() * 1e3,
-                "routed"
-            );
+            if runtime.config.server.access_log {
+                tracing::info!(
+                    target: "kvgate::access",
+                    request_id = request_id(), tenant = %tenant, endpoint = endpoint.name(), api,
+                    instance = %outcome.instance.id,
+                    // As in kvgate_routing_decisions_total: a later attempt is a failover.
+                    reason = if outcome.attempts > 1 { "failover" } else { outcome.reason.as_str() },
+                    attempts = outcome.attempts,
+                    key = format_args!("{key:016x}"), status = resp.status().as_u16(),
+                    headers_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "routed"
+                );
+            }
             // The duration of a forwarded request is recorded when its body ends.
             if route == Route::Native {
                 crate::sagemaker::invoked_variant(&mut resp, &outcome.instance.id);
@@ -137,8 +142,8 @@ pub async fn send(
             resp
         }
         Err(e) => {
-            tracing::warn!(request_id, tenant = %tenant, endpoint, api, error = %e, "not routed");
-            telemetry::request_duration(&endpoint, api, started.elapsed());
+            tracing::warn!(request_id = request_id(), tenant = %tenant, endpoint = endpoint.name(), api, error = %e, "not routed");
+            telemetry::request_duration(endpoint.name(), api, started.elapsed());
             e.into_response()
         }
     }

@@ -36,6 +36,7 @@ pub struct RawServer {
     pub sse_keepalive_ms: Option<u64>,
     pub max_connections: Option<u64>,
     pub http2_keepalive_ms: Option<u64>,
+    pub access_log: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -137,6 +137,7 @@ fn server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
             Some(0) => None,
             v => Some(ms("server.http2_keepalive_ms", v, 20_000)?),
         },
+        access_log: raw.access_log.unwrap_or(false),
     })
 }
 

@@ -3,8 +3,8 @@
 //! The answer is not built here: a stand-in request with the refused one's
 //! method and path, carrying the [`ApiError`] as [`Refused`], goes through the
 //! same router as every request, whose outermost layers give it a request id,
-//! a log line, and the error shape that path gets ([`answer_refused`] returns
-//! the error there). The response is then written out as HTTP/1.1 bytes.
+//! a log line, and the error shape that path gets ([`refused`] hands the
+//! error back there). The response is then written out as HTTP/1.1 bytes.
 
 use std::fmt::Write as _;
 
@@ -12,8 +12,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderValue, Method, Uri, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::future::BoxFuture;
 use tower::ServiceExt;
@@ -26,12 +25,10 @@ use crate::error::ApiError;
 #[derive(Debug, Clone)]
 pub struct Refused(pub ApiError);
 
-/// The router layer that answers a [`Refused`] stand-in request.
-pub async fn answer_refused(mut req: Request, next: Next) -> Response {
-    match req.extensions_mut().remove::<Refused>() {
-        Some(Refused(e)) => e.into_response(),
-        None => next.run(req).await,
-    }
+/// The error a [`Refused`] stand-in request is to be answered with (by the
+/// router's front layer, `middleware::front`).
+pub fn refused(req: &mut Request) -> Option<ApiError> {
+    req.extensions_mut().remove::<Refused>().map(|Refused(e)| e)
 }
 
 /// The refused request's answer, as bytes to write before closing.

@@ -9,4 +9,5 @@ pub mod canonicalise;
 pub mod claim;
 pub mod count;
 pub mod framing;
+pub mod front;
 pub mod path;

@@ -20,9 +20,7 @@
 //! | unknown route / method | 404 / 405 | `UnknownOperationException` |
 
 use axum::body::Body;
-use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::Response;
 use serde_json::{Value, json};
 
@@ -62,12 +60,6 @@ fn shape(kind: ErrorKind) -> (StatusCode, &'static str) {
 }
 
 /// The layer that gives SageMaker routes SageMaker's errors.
-pub async fn wire(req: Request, next: Next) -> Response {
-    let sagemaker = is_sagemaker_path(req.uri().path());
-    let resp = next.run(req).await;
-    if sagemaker { reshape(resp) } else { resp }
-}
-
 /// Re-render an error response in SageMaker's shape; others pass untouched.
 pub fn reshape(resp: Response) -> Response {
     if resp.headers().contains_key(ERROR_TYPE) {

@@ -147,8 +147,7 @@ where
                     (this.first_token.as_mut(), this.guard.as_ref())
                     && probe.feed(&chunk)
                 {
-                    let inst = g.instance();
-                    crate::telemetry::first_token(&inst.endpoint, &inst.id, since.elapsed());
+                    g.instance().series.first_token(since.elapsed());
                 }
                 this.idle
                     .as_mut()

@@ -104,7 +104,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         } else {
             "failover"
         };
-        telemetry::routing_decision(ep.name(), &instance.id, outcome, routing_took);
+        instance.series.routing_decision(outcome, routing_took);
         let load = loads.get(idx).copied().unwrap_or_default();
         // Prompts (a pinned follow-up's too) are charged to the index where
         // they go; what is placed by load alone has no cache to remember.
@@ -137,7 +137,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         let inserted = if indexed {
             telemetry::matched_fraction(ep.name(), matched_fraction(ep, &request, &load));
             let inserted = instance.index.insert(&f.input.chain);
-            telemetry::index_size(ep.name(), &instance.id, inserted.len);
+            instance.series.index_size(inserted.len);
             inserted
         } else {
             Default::default()
@@ -151,13 +151,13 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             None => reqwest::Body::from(f.input.body.clone()),
         };
         let sent = Instant::now();
-        let request = f
-            .runtime
-            .client
-            .request(f.method.clone(), format!("{}{}", instance.url, f.path))
-            .headers(upstream_headers.clone())
-            .body(body)
-            .send();
+        let client = &f.runtime.client;
+        let request = match instance.url_for(f.path) {
+            Some(url) => client.request(f.method.clone(), url),
+            // An unparsable instance URL: reqwest's own error says why.
+            None => client.request(f.method.clone(), format!("{}{}", instance.url, f.path)),
+        };
+        let request = request.headers(upstream_headers.clone()).body(body).send();
         let response = match tokio::time::timeout(server.timeouts.first_byte, request).await {
             Err(_) => {
                 // The upstream may be working on it; a second copy elsewhere
@@ -177,7 +177,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             Ok(Err(e)) => {
                 withdraw();
                 if indexed {
-                    take_back(ep, instance, &f.input.chain, inserted);
+                    take_back(instance, &f.input.chain, inserted);
                 }
                 instance.connect_failed(server.failover_cooldown);
                 tracing::warn!(endpoint = %ep.name(), instance = %instance.id, error = %error_chain(&e), "upstream connection failed; trying the next instance");
@@ -214,7 +214,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         if indexed && (no_work || status.is_client_error()) {
             // Overloaded, starting, or refusing the request (context too long,
             // rate limited): it cached nothing, even when its answer is the client's.
-            take_back(ep, instance, &f.input.chain, inserted);
+            take_back(instance, &f.input.chain, inserted);
         }
         if no_work && attempt + 1 < count {
             telemetry::retry(ep.name(), &instance.id, "status");
@@ -222,7 +222,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             last_error = format!("an instance answered {status}");
             continue;
         }
-        telemetry::response_headers(ep.name(), &instance.id, sent.elapsed());
+        instance.series.response_headers(sent.elapsed());
         if status.is_client_error() || status.is_server_error() {
             // Read while the slot is held, then let it go with the guard.
             let resp = super::relay_error::relay(response, server.timeouts.idle).await;
@@ -352,13 +352,9 @@ fn client_response(
             telemetry::request_duration(&instance.endpoint, api, started.elapsed());
             // A retrieved response repeats the usage of the one that made it.
             if let Some(u) = usage.filter(|_| route != Route::ResponseById) {
-                telemetry::usage(
-                    &instance.endpoint,
-                    &instance.id,
-                    u.prompt_tokens,
-                    u.cached_tokens,
-                    u.completion_tokens,
-                );
+                instance
+                    .series
+                    .usage(u.prompt_tokens, u.cached_tokens, u.completion_tokens);
             }
         },
     );
@@ -427,14 +423,9 @@ fn settle(
 }
 
 /// Undo a dispatch's index insert on an instance that did no work for it.
-fn take_back(
-    ep: &crate::state::Endpoint,
-    instance: &Instance,
-    chain: &[u64],
-    inserted: crate::routing::index::Inserted,
-) {
+fn take_back(instance: &Instance, chain: &[u64], inserted: crate::routing::index::Inserted) {
     instance.index.forget(chain, inserted);
-    telemetry::index_size(ep.name(), &instance.id, instance.index.len());
+    instance.series.index_size(instance.index.len());
 }
 
 /// Under `kv_aware`, count the instances this decision saw through the

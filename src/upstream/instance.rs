@@ -23,6 +23,11 @@ pub struct Instance {
     pub endpoint: String,
     pub id: String,
     pub url: String,
+    /// `url` parsed once: a request's URL is this with its path set, not a
+    /// string formatted and parsed again (host and all) every time.
+    base: Option<reqwest::Url>,
+    /// Its per-request metric series, resolved once.
+    pub series: telemetry::UpstreamSeries,
     in_flight: AtomicUsize,
     /// Estimated prefill tokens of requests that have no first byte yet.
     queued_prefill: AtomicU64,
@@ -64,14 +69,34 @@ fn now_ms() -> u64 {
 }
 
 impl Instance {
+    /// The URL of `path` (with its query, if any) on this instance, under
+    /// the instance URL's own path; `None` if that URL does not parse.
+    pub fn url_for(&self, path: &str) -> Option<reqwest::Url> {
+        let base = self.base.as_ref()?;
+        let (path, query) = match path.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path, None),
+        };
+        let mut url = base.clone();
+        match base.path().trim_end_matches('/') {
+            "" => url.set_path(path),
+            prefix => url.set_path(&format!("{prefix}{path}")),
+        }
+        url.set_query(query);
+        Some(url)
+    }
+
     pub fn new(endpoint: &str, id: &str, url: &str) -> Arc<Self> {
+        let series = telemetry::UpstreamSeries::new(endpoint, id);
         telemetry::healthy(endpoint, id, true);
-        telemetry::in_flight(endpoint, id, 0);
+        series.in_flight(0);
         telemetry::instance_series(endpoint, id);
         Arc::new(Self {
             endpoint: endpoint.to_owned(),
             id: id.to_owned(),
             url: url.to_owned(),
+            base: reqwest::Url::parse(url).ok(),
+            series,
             in_flight: AtomicUsize::new(0),
             queued_prefill: AtomicU64::new(0),
             index: BlockIndex::default(),
@@ -121,7 +146,7 @@ impl Instance {
     /// Record its health and in-flight gauges as they are now.
     pub fn publish_gauges(&self) {
         telemetry::healthy(&self.endpoint, &self.id, self.is_healthy());
-        telemetry::in_flight(&self.endpoint, &self.id, self.in_flight());
+        self.series.in_flight(self.in_flight());
     }
 
     /// The KV-event feed, when the instance has one.
@@ -264,7 +289,7 @@ impl Instance {
     pub fn claim(self: &Arc<Self>, prefill: u64) -> InflightGuard {
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         self.queued_prefill.fetch_add(prefill, Ordering::Relaxed);
-        telemetry::in_flight(&self.endpoint, &self.id, n);
+        self.series.in_flight(n);
         InflightGuard {
             instance: Arc::clone(self),
             prefill,
@@ -304,11 +329,7 @@ impl Drop for InflightGuard {
     fn drop(&mut self) {
         self.prefill_done();
         let prev = self.instance.in_flight.fetch_sub(1, Ordering::Relaxed);
-        telemetry::in_flight(
-            &self.instance.endpoint,
-            &self.instance.id,
-            prev.saturating_sub(1),
-        );
+        self.instance.series.in_flight(prev.saturating_sub(1));
     }
 }
 

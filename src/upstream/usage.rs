@@ -6,7 +6,9 @@
 //! The last value seen wins, so a window re-scanned across a chunk boundary
 //! can only repeat or correct what was found, never double-count.
 
-use memchr::memmem;
+use std::sync::LazyLock;
+
+use memchr::memmem::FinderRev;
 
 const PROMPT: &[u8] = b"\"prompt_tokens\":";
 const CACHED: &[u8] = b"\"cached_tokens\":";
@@ -14,6 +16,10 @@ const COMPLETION: &[u8] = b"\"completion_tokens\":";
 /// The Responses API's names for the same two counts.
 const INPUT: &[u8] = b"\"input_tokens\":";
 const OUTPUT: &[u8] = b"\"output_tokens\":";
+/// The searchers, built once: building one per search was most of the cost.
+static FIND: LazyLock<[FinderRev<'static>; 5]> =
+    LazyLock::new(|| [PROMPT, INPUT, COMPLETION, OUTPUT, CACHED].map(FinderRev::new));
+
 /// Longest pattern plus room for a 20-digit number and whitespace.
 const TAIL: usize = 48;
 
@@ -48,17 +54,18 @@ impl UsageScanner {
     }
 
     fn scan(&mut self, hay: &[u8]) {
-        for pat in [PROMPT, INPUT] {
+        let [prompt, input, completion, output, cached] = &*FIND;
+        for pat in [prompt, input] {
             if let Some(v) = last_number_after(hay, pat) {
                 self.prompt = Some(v);
             }
         }
-        for pat in [COMPLETION, OUTPUT] {
+        for pat in [completion, output] {
             if let Some(v) = last_number_after(hay, pat) {
                 self.completion = Some(v);
             }
         }
-        if let Some(v) = last_number_after(hay, CACHED) {
+        if let Some(v) = last_number_after(hay, cached) {
             self.cached = Some(v);
         }
     }
@@ -73,9 +80,9 @@ impl UsageScanner {
     }
 }
 
-fn last_number_after(hay: &[u8], pat: &[u8]) -> Option<u64> {
-    let pos = memmem::rfind(hay, pat)?;
-    let rest = &hay[pos + pat.len()..];
+fn last_number_after(hay: &[u8], pat: &FinderRev<'_>) -> Option<u64> {
+    let pos = pat.rfind(hay)?;
+    let rest = &hay[pos + pat.needle().len()..];
     let digits: &[u8] = {
         let start = rest.iter().position(|b| !b.is_ascii_whitespace())?;
         let rest = &rest[start..];
