@@ -7,7 +7,8 @@
 //!
 //! `cargo bench --bench overhead` (full, ~6 min; writes
 //! `bench/results/overhead.md` unless `-- --no-write`), `-- --quick` (~30 s
-//! smoke, writes nothing). Needs Debian's nginx and haproxy
+//! smoke, writes nothing), `-- --memory` (the open-stream test alone, printed
+//! only). Needs Debian's nginx and haproxy
 //! (`apt-get install nginx haproxy`); without them their rows are skipped.
 #![allow(
     clippy::unwrap_used,
@@ -152,6 +153,11 @@ async fn main() {
     }
     let (release, release_rx) = tokio::sync::watch::channel(0u64);
     let inproc = streams::start_upstream(release_rx).await;
+    if args.iter().any(|a| a == "--memory") {
+        memory::run(&dir, nginx.as_deref(), inproc, &plan.streams, &release).await;
+        std::fs::remove_dir_all(&dir).ok();
+        return;
+    }
     // The fixed-answer upstream: nginx, else (without nginx) the in-process one.
     let up_port = procs::free_port();
     let upstream = nginx.as_ref().map(|bin| {
@@ -277,7 +283,7 @@ async fn main() {
     let mem = memory::run(&dir, nginx.as_deref(), inproc, &plan.streams, &release).await;
     let headline = res.headline();
     let full = res.full();
-    println!("\n{headline}\n{full}\n{mem}");
+    println!("\n{headline}\n{full}");
     if write {
         write_report(&plan, &headline, &full, &mem);
     }
