@@ -285,7 +285,12 @@ async fn main() {
     let full = res.full();
     println!("\n{headline}\n{full}");
     if write {
-        write_report(&plan, &headline, &full, &mem);
+        let up = if upstream.is_some() {
+            "the same nginx upstream answering a fixed chat.completion from memory (one process, no access log)"
+        } else {
+            "the same in-process upstream answering a fixed chat.completion (nginx was not installed)"
+        };
+        write_report(&plan, up, &headline, &full, &mem);
     }
     drop(upstream);
     std::fs::remove_dir_all(&dir).ok();
@@ -296,7 +301,7 @@ fn rotated(n: usize, k: usize) -> impl Iterator<Item = usize> {
     (0..n).map(move |i| (i + k) % n)
 }
 
-fn write_report(plan: &Plan, headline: &str, full: &str, mem: &str) {
+fn write_report(plan: &Plan, upstream: &str, headline: &str, full: &str, mem: &str) {
     let root = env!("CARGO_MANIFEST_DIR");
     let commit = cmd_out("git", &["-C", root, "rev-parse", "--short", "HEAD"])
         .unwrap_or_else(|| "unknown".into());
@@ -320,8 +325,7 @@ fn write_report(plan: &Plan, headline: &str, full: &str, mem: &str) {
          Command: `cargo bench --bench overhead`  \n\
          Machine: {cores} cores ({cpu}), shared; load generator, upstream and proxies on the same machine.  \n\
          Commit: {commit}{dirty}; run of {when}.\n\n\
-         Method: every path sits in front of the same nginx upstream answering a fixed chat.completion \
-         from memory (one process, no access log). Open loop: request i is due at start + i/rate and its \
+         Method: every path sits in front of {upstream}. Open loop: request i is due at start + i/rate and its \
          latency runs from that due time (no coordinated omission), {secs} s a cell over {OPEN_CONNS} \
          keep-alive connections; closed loop: {CLOSED_CONNS} connections back to back for {closed} s. \
          {rounds} rounds, every (body, rate, path) cell once a round with the paths in rotating order; \
