@@ -37,13 +37,13 @@ pub fn nginx_upstream(dir: &Path, port: u16) -> String {
     )
 }
 
-/// nginx as a reverse proxy as a user would run it: one worker, its default
-/// access log, HTTP/1.1 with keep-alive to the upstream, default buffering;
+/// nginx as a reverse proxy as a user would run it: one worker, no access
+/// log (kvgate writes no line per request by default either: like for
+/// like), HTTP/1.1 with keep-alive to the upstream, default buffering;
 /// only the body buffer raised so a 16 KiB prompt is not spooled to disk.
 pub fn nginx_proxy(dir: &Path, port: u16, upstream: u16) -> String {
-    let d = dir.display();
     format!(
-        "{head}http {{\n  access_log {d}/proxy-access.log;\n{temps}  keepalive_requests 10000000;\n  \
+        "{head}http {{\n  access_log off;\n{temps}  keepalive_requests 10000000;\n  \
          keepalive_timeout 3600s;\n  client_body_buffer_size 64k;\n  \
          upstream up {{ server 127.0.0.1:{upstream}; keepalive 128; keepalive_requests 10000000; keepalive_timeout 3600s; }}\n  \
          server {{\n    listen 127.0.0.1:{port} backlog=4096;\n    location / {{\n      proxy_pass http://up;\n      \

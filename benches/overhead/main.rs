@@ -331,7 +331,7 @@ fn write_report(plan: &Plan, upstream: &str, headline: &str, full: &str, mem: &s
          {rounds} rounds, every (body, rate, path) cell once a round with the paths in rotating order; \
          figures are medians over rounds, *added* is the path minus direct in the same round. CPU is \
          utime+stime of the proxy's process from `/proc/PID/stat` over the cell ÷ completed requests. \
-         nginx: one process and worker, its default access log, `proxy_http_version 1.1`, upstream \
+         nginx: one process and worker, no access log (as kvgate by default), `proxy_http_version 1.1`, upstream \
          `keepalive`, default buffering, `client_body_buffer_size 64k`; HAProxy: `nbthread 1`, \
          `mode http`, `http-reuse always`; kvgate: `serve` at its default log settings (stdout to \
          /dev/null), `concurrency_threshold` 1024.\n\n\
