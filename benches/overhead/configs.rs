@@ -80,7 +80,7 @@ pub fn haproxy(port: u16, upstream: u16) -> String {
 /// threshold no request reaches; everything else at its defaults.
 pub fn kvgate(port: u16, upstream: &str, strategy: &str) -> String {
     format!(
-        "server:\n  listen: \"127.0.0.1:{port}\"\n  timeouts: {{ idle_ms: 3600000, client_idle_ms: 3600000 }}\n  \
+        "server:\n  listen: \"127.0.0.1:{port}\"\n  timeouts: {{ idle_ms: 3600000, client_idle_ms: 3600000, connect_ms: 10000 }}\n  \
          sse_keepalive_ms: 0\nendpoints:\n  - name: chat\n    models: [\"m\"]\n    instances:\n      \
          - url: \"{upstream}\"\n    routing: {{ strategy: {strategy}, concurrency_threshold: 1024 }}\n"
     )

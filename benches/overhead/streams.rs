@@ -8,12 +8,15 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::routing::post;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// The held-open SSE upstream; its streams end when `release` changes.
 pub async fn start_upstream(release: watch::Receiver<u64>) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // A backlog for 10,000 streams' connections opening at once (tokio's
+    // default of 1,024 drops SYNs, and the proxy's connects time out).
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let l = socket.listen(4096).unwrap();
     let port = l.local_addr().unwrap().port();
     let answer = move |body: Bytes| {
         let mut release = release.clone();
