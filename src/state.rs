@@ -18,6 +18,7 @@ use crate::route_input::RouteInput;
 use crate::routing::held::TierWeights;
 use crate::routing::{self, Load, Policy, PolicySpec};
 use crate::upstream::Instance;
+use crate::upstream::client::ClientError;
 
 /// One pool of instances serving the same models.
 #[derive(Debug)]
@@ -121,7 +122,10 @@ pub struct Runtime {
     pub endpoints: Vec<Arc<Endpoint>>,
     by_model: HashMap<String, Arc<Endpoint>>,
     by_name: HashMap<String, Arc<Endpoint>>,
+    /// Health checks, capacity probes, warm-up.
     pub client: reqwest::Client,
+    /// The proxy path's client (hyper's, directly).
+    pub proxy: crate::upstream::client::Proxy,
     /// Authentication, tenant limits and salts; counters carried across reloads.
     pub tenancy: Arc<crate::tenancy::Tenancy>,
     /// Instances this build added to running endpoints, to be warmed:
@@ -132,7 +136,7 @@ pub struct Runtime {
 impl Runtime {
     /// Build from a validated config, reusing `previous`'s instances where
     /// endpoint name and instance id match.
-    pub fn build(config: Config, previous: Option<&Runtime>) -> Result<Self, reqwest::Error> {
+    pub fn build(config: Config, previous: Option<&Runtime>) -> Result<Self, ClientError> {
         let client = config
             .upstream_tls
             .apply(reqwest::Client::builder())
@@ -148,10 +152,11 @@ impl Runtime {
             // http2, which ALPN would otherwise pick against a TLS instance).
             .http1_only()
             .no_proxy()
-            // A proxy relays an instance's redirect; it does not follow it
-            // (following also cost 4% of a request's instructions).
+            // A probe reports what the instance answered; it follows nothing.
             .redirect(reqwest::redirect::Policy::none())
             .build()?;
+        let proxy =
+            crate::upstream::client::build(&config.upstream_tls, config.server.timeouts.connect)?;
         let mut endpoints = Vec::with_capacity(config.endpoints.len());
         let mut joined = Vec::new();
         let mut by_model = HashMap::new();
@@ -255,6 +260,7 @@ impl Runtime {
             by_model,
             by_name,
             client,
+            proxy,
             tenancy: Arc::new(tenancy),
             joined,
         })
@@ -353,7 +359,7 @@ impl AppState {
 
     /// Validate-and-swap: build a new runtime from `config` and publish it
     /// atomically; then warm the instances it added (`routing.warmup`).
-    pub fn reload(&self, mut config: Config) -> Result<(), reqwest::Error> {
+    pub fn reload(&self, mut config: Config) -> Result<(), ClientError> {
         let _one = self.rebuild.lock().unwrap_or_else(|e| e.into_inner());
         self.discovered.merge(&mut config);
         let current = self.runtime.load();

@@ -76,7 +76,7 @@ async fn run(
     send(
         &runtime,
         input,
-        (&path, reqwest::Method::POST),
+        (&path, axum::http::Method::POST),
         &headers,
         upload,
         &tenant,
@@ -89,7 +89,7 @@ async fn run(
 pub async fn send(
     runtime: &Runtime,
     input: RouteInput,
-    (path, method): (&str, reqwest::Method),
+    (path, method): (&str, axum::http::Method),
     headers: &HeaderMap,
     upload: Option<Body>,
     tenant: &str,

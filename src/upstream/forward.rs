@@ -34,7 +34,7 @@ pub struct Forward<'a> {
     /// Path on the instance, e.g. `/v1/chat/completions` or `/invocations`,
     /// with the client's query string where it has one.
     pub path: &'a str,
-    pub method: reqwest::Method,
+    pub method: axum::http::Method,
     pub headers: &'a HeaderMap,
     /// SSE keep-alive comments may be added to the answer (not when the
     /// answer is re-framed, as on SageMaker's event stream).
@@ -142,22 +142,29 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         } else {
             Default::default()
         };
+        let Some(uri) = instance.uri_for(f.path) else {
+            withdraw();
+            if indexed {
+                take_back(instance, &f.input.chain, inserted);
+            }
+            tracing::warn!(endpoint = %ep.name(), instance = %instance.id, "the instance URL and the request path make no URI; trying the next instance");
+            last_error = "the instance URL is not a valid URI".to_owned();
+            continue;
+        };
         let body = match f.upload.take() {
-            Some(upload) => reqwest::Body::wrap_stream(upload.into_data_stream()),
+            Some(upload) => upload,
             None if f.input.upload => {
                 // The upload went to an instance that refused the connection.
                 break;
             }
-            None => reqwest::Body::from(f.input.body.clone()),
+            None => Body::from(f.input.body.clone()),
         };
+        let mut request = axum::http::Request::new(body);
+        *request.method_mut() = f.method.clone();
+        *request.uri_mut() = uri;
+        *request.headers_mut() = upstream_headers.clone();
         let sent = Instant::now();
-        let client = &f.runtime.client;
-        let request = match instance.url_for(f.path) {
-            Some(url) => client.request(f.method.clone(), url),
-            // An unparsable instance URL: reqwest's own error says why.
-            None => client.request(f.method.clone(), format!("{}{}", instance.url, f.path)),
-        };
-        let request = request.headers(upstream_headers.clone()).body(body).send();
+        let request = f.runtime.proxy.request(request);
         let response = match tokio::time::timeout(server.timeouts.first_byte, request).await {
             Err(_) => {
                 // The upstream may be working on it; a second copy elsewhere
@@ -182,13 +189,14 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
                 instance.connect_failed(server.failover_cooldown);
                 tracing::warn!(endpoint = %ep.name(), instance = %instance.id, error = %error_chain(&e), "upstream connection failed; trying the next instance");
                 telemetry::retry(ep.name(), &instance.id, "connect");
-                last_kind = if e.is_timeout() {
+                let timed_out = super::client::is_timeout(&e);
+                last_kind = if timed_out {
                     ErrorKind::GatewayTimeout
                 } else {
                     ErrorKind::BadGateway
                 };
                 // The client learns what happened, not where: instance URLs stay internal.
-                last_error = if e.is_timeout() {
+                last_error = if timed_out {
                     "connection timed out"
                 } else {
                     "connection failed"
@@ -317,7 +325,7 @@ fn plan(
 
 /// Turn the upstream response into the client's, streaming the body through.
 fn client_response(
-    upstream: reqwest::Response,
+    upstream: axum::http::Response<hyper::body::Incoming>,
     guard: super::InflightGuard,
     (keepalive, idle): (Option<std::time::Duration>, std::time::Duration),
     (stream_requested, issuer): (bool, Option<Issuer>),
@@ -365,7 +373,7 @@ fn client_response(
     };
     let first_token = is_sse.then(|| (FirstToken::new(event), started));
     let body = UpstreamBody::new(
-        upstream.bytes_stream(),
+        http_body_util::BodyExt::into_data_stream(upstream.into_body()),
         guard,
         idle,
         keepalive,
@@ -458,7 +466,7 @@ fn matched_fraction(ep: &crate::state::Endpoint, request: &Request, load: &Load)
     cached.unwrap_or(0) as f64 / request.prompt_tokens.max(1) as f64
 }
 
-/// reqwest's Display hides the cause ("error sending request"); show the chain.
+/// The client's Display hides the cause ("client error (Connect)"); show the chain.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();

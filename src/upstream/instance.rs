@@ -13,6 +13,9 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use axum::http::Uri;
+use axum::http::uri::{Authority, PathAndQuery, Scheme};
+
 use crate::kv_events::feed::FeedSettings;
 use crate::kv_events::{Feed, Subscription};
 use crate::routing::{BlockIndex, Load};
@@ -23,9 +26,9 @@ pub struct Instance {
     pub endpoint: String,
     pub id: String,
     pub url: String,
-    /// `url` parsed once: a request's URL is this with its path set, not a
-    /// string formatted and parsed again (host and all) every time.
-    base: Option<reqwest::Url>,
+    /// `url` parsed once (scheme, authority, path prefix): a request's URI is
+    /// built from these parts, not formatted and parsed again every time.
+    base: Option<Base>,
     /// Its per-request metric series, resolved once.
     pub series: telemetry::UpstreamSeries,
     in_flight: AtomicUsize,
@@ -54,6 +57,30 @@ pub struct Instance {
     warming: AtomicBool,
 }
 
+/// An instance URL's parts, for building request URIs.
+#[derive(Debug)]
+struct Base {
+    scheme: Scheme,
+    authority: Authority,
+    /// The URL's path without its trailing `/` (usually empty).
+    prefix: String,
+}
+
+impl Base {
+    fn parse(url: &str) -> Option<Self> {
+        let uri: Uri = url.parse().ok()?;
+        let parts = uri.into_parts();
+        Some(Self {
+            scheme: parts.scheme?,
+            authority: parts.authority?,
+            prefix: parts
+                .path_and_query
+                .map(|p| p.path().trim_end_matches('/').to_owned())
+                .unwrap_or_default(),
+        })
+    }
+}
+
 /// Consecutive 5xx answers that eject an instance passively.
 pub const EJECT_AFTER_5XX: u32 = 3;
 /// Backoff doublings are capped so an ejected instance is retried at least this often.
@@ -69,21 +96,21 @@ fn now_ms() -> u64 {
 }
 
 impl Instance {
-    /// The URL of `path` (with its query, if any) on this instance, under
-    /// the instance URL's own path; `None` if that URL does not parse.
-    pub fn url_for(&self, path: &str) -> Option<reqwest::Url> {
+    /// The URI of `path` (with its query, if any) on this instance, under
+    /// the instance URL's own path; `None` if either does not parse.
+    pub fn uri_for(&self, path: &str) -> Option<Uri> {
         let base = self.base.as_ref()?;
-        let (path, query) = match path.split_once('?') {
-            Some((p, q)) => (p, Some(q)),
-            None => (path, None),
+        let path_and_query = if base.prefix.is_empty() {
+            PathAndQuery::try_from(path).ok()?
+        } else {
+            PathAndQuery::try_from(format!("{}{path}", base.prefix)).ok()?
         };
-        let mut url = base.clone();
-        match base.path().trim_end_matches('/') {
-            "" => url.set_path(path),
-            prefix => url.set_path(&format!("{prefix}{path}")),
-        }
-        url.set_query(query);
-        Some(url)
+        Uri::builder()
+            .scheme(base.scheme.clone())
+            .authority(base.authority.clone())
+            .path_and_query(path_and_query)
+            .build()
+            .ok()
     }
 
     pub fn new(endpoint: &str, id: &str, url: &str) -> Arc<Self> {
@@ -95,7 +122,7 @@ impl Instance {
             endpoint: endpoint.to_owned(),
             id: id.to_owned(),
             url: url.to_owned(),
-            base: reqwest::Url::parse(url).ok(),
+            base: Base::parse(url),
             series,
             in_flight: AtomicUsize::new(0),
             queued_prefill: AtomicU64::new(0),

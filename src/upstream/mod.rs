@@ -7,6 +7,7 @@
 
 mod body;
 pub mod capacity;
+pub mod client;
 pub mod completion;
 mod first_token;
 mod forward;

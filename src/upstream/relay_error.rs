@@ -13,6 +13,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
+use hyper::body::Incoming;
 use serde_json::{Value, json};
 
 use super::headers;
@@ -21,9 +22,9 @@ pub const MAX_ERROR_BODY: usize = 64 * 1024;
 /// Characters of a non-JSON error page kept as the message.
 const MAX_MESSAGE_CHARS: usize = 512;
 
-async fn read_bounded(upstream: reqwest::Response, idle: Duration) -> Bytes {
+async fn read_bounded(upstream: Response<Incoming>, idle: Duration) -> Bytes {
     let mut out = BytesMut::new();
-    let mut stream = upstream.bytes_stream();
+    let mut stream = http_body_util::BodyExt::into_data_stream(upstream.into_body());
     while out.len() < MAX_ERROR_BODY {
         match tokio::time::timeout(idle, stream.next()).await {
             Ok(Some(Ok(chunk))) => out.extend_from_slice(&chunk),
@@ -77,7 +78,7 @@ fn message_of(body: &[u8], status: StatusCode) -> String {
 }
 
 /// The client's response for an upstream error answer.
-pub async fn relay(upstream: reqwest::Response, idle: Duration) -> Response {
+pub async fn relay(upstream: Response<Incoming>, idle: Duration) -> Response {
     let status = upstream.status();
     let mut hdrs = headers::client_response(upstream.headers());
     let body = read_bounded(upstream, idle).await;

@@ -1,6 +1,6 @@
-//! `upstream.tls`: what the upstream client trusts for `https://` instances.
-//! The one client (requests, health checks, capacity probes, warm-up) speaks
-//! TLS through rustls; by default it trusts the system's roots (the platform
+//! `upstream.tls`: what the upstream clients trust for `https://` instances.
+//! Both (the proxy path's, [`super::client`], and reqwest for health checks,
+//! capacity probes and warm-up) speak TLS through rustls; by default it trusts the system's roots (the platform
 //! verifier: `/etc/ssl/certs` and friends on Linux), and `ca_file` adds a PEM
 //! bundle (a private CA) to them, or with `system_roots: false` replaces them.
 //!
@@ -10,6 +10,10 @@
 //! ```
 
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
 use serde::Deserialize;
 
@@ -36,6 +40,8 @@ pub struct UpstreamTls {
     pub ca_file: Option<PathBuf>,
     pub system_roots: bool,
     certs: Vec<reqwest::Certificate>,
+    /// The same certificates for the proxy path's rustls config.
+    der: Vec<CertificateDer<'static>>,
 }
 
 impl Default for UpstreamTls {
@@ -44,6 +50,7 @@ impl Default for UpstreamTls {
             ca_file: None,
             system_roots: true,
             certs: Vec::new(),
+            der: Vec::new(),
         }
     }
 }
@@ -75,14 +82,45 @@ pub fn validate(raw: RawUpstream) -> Result<UpstreamTls, ConfigError> {
             format!("{path:?} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"),
         ));
     }
+    let der = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ConfigError::new(at, format!("{path:?} is not a PEM bundle: {e}")))?;
     Ok(UpstreamTls {
         ca_file: Some(PathBuf::from(path)),
         system_roots,
         certs,
+        der,
     })
 }
 
 impl UpstreamTls {
+    /// The proxy path's rustls config: the platform verifier with the CA
+    /// file's certificates added, or those certificates alone.
+    pub fn client_config(&self) -> Result<rustls::ClientConfig, rustls::Error> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()?;
+        let config = if self.system_roots {
+            let verifier = rustls_platform_verifier::Verifier::new_with_extra_roots(
+                self.der.iter().cloned(),
+                provider,
+            )?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_no_client_auth()
+        } else {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in &self.der {
+                roots
+                    .add(cert.clone())
+                    .map_err(|e| rustls::Error::General(e.to_string()))?;
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        };
+        Ok(config)
+    }
+
     /// The client builder with these roots, over rustls.
     pub fn apply(&self, builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
         let builder = builder.tls_backend_rustls();
