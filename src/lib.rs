@@ -63,5 +63,6 @@ pub async fn serve(
     tokio::spawn(upstream::health::run(Arc::downgrade(&state)));
     tokio::spawn(upstream::capacity::run(Arc::downgrade(&state)));
     tokio::spawn(discovery::run(Arc::downgrade(&state)));
+    tokio::spawn(telemetry::upkeep());
     server::run(listener, app, state, shutdown).await
 }

@@ -87,6 +87,20 @@ pub fn handle() -> PrometheusHandle {
         .clone()
 }
 
+/// Fold recorded histogram samples into their buckets every few seconds.
+/// The recorder keeps each sample until a scrape renders it, so without
+/// this a gateway nobody scrapes grows by every request's samples (8 bytes
+/// each, several a request: 19 → 87 MiB over 640,000 requests, measured).
+pub async fn upkeep() {
+    let handle = handle();
+    let mut every = tokio::time::interval(Duration::from_secs(5));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        handle.run_upkeep();
+    }
+}
+
 /// `# HELP` lines for every family.
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
