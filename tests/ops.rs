@@ -689,3 +689,54 @@ async fn the_access_log_is_off_by_default_and_one_line_a_request_when_on() {
         assert!(line.contains(field), "{field} missing from {line}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_redirect_is_relayed_to_the_client_not_followed() {
+    use axum::routing::{any, post};
+    let followed = Arc::new(AtomicUsize::new(0));
+    let hits = Arc::clone(&followed);
+    let app = axum::Router::new()
+        .route(
+            "/v1/chat/completions",
+            post(|| async {
+                (
+                    axum::http::StatusCode::TEMPORARY_REDIRECT,
+                    [("location", "/elsewhere")],
+                    "moved",
+                )
+            }),
+        )
+        .route(
+            "/elsewhere",
+            any(move || {
+                hits.fetch_add(1, Ordering::SeqCst);
+                async { "followed" }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let yaml = format!(
+        "endpoints:\n  - name: chat\n    models: [\"{MODEL}\"]\n    instances:\n      - url: \"http://{addr}\"\n"
+    );
+    let gw = Gateway::start(&yaml).await;
+    let no_follow = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let resp = no_follow
+        .post(gw.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(chat_body(MODEL, "You are terse.", "Hi?", false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 307);
+    assert_eq!(resp.headers()["location"], "/elsewhere");
+    assert_eq!(
+        followed.load(Ordering::SeqCst),
+        0,
+        "the gateway followed it"
+    );
+}
