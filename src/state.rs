@@ -137,6 +137,8 @@ impl Runtime {
     /// Build from a validated config, reusing `previous`'s instances where
     /// endpoint name and instance id match.
     pub fn build(config: Config, previous: Option<&Runtime>) -> Result<Self, ClientError> {
+        // The recorder first: instances resolve their metric handles from it.
+        crate::telemetry::handle();
         let client = config
             .upstream_tls
             .apply(reqwest::Client::builder())
@@ -338,16 +340,8 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(runtime: Runtime) -> Arc<Self> {
+        // Installed by `Runtime::build`, before any series was recorded.
         let metrics = crate::telemetry::handle();
-        // Instances were built before the recorder existed: publish their
-        // gauges now, so a fresh gateway's /metrics lists every instance.
-        for ep in &runtime.endpoints {
-            crate::telemetry::endpoint_series(ep.name());
-            for inst in &ep.instances {
-                inst.publish_gauges();
-                crate::telemetry::instance_series(ep.name(), &inst.id);
-            }
-        }
         Arc::new(Self {
             runtime: ArcSwap::from_pointee(runtime),
             metrics,

@@ -297,9 +297,14 @@ impl std::fmt::Debug for UpstreamSeries {
 }
 
 impl UpstreamSeries {
-    /// The handles, from the gateway's recorder (installed here if it is not yet).
+    /// The handles, from the gateway's recorder; every series of the upstream
+    /// exists (at zero) from here on, so dashboards and `rate()` see it from
+    /// start-up rather than from its first request.
     pub fn new(endpoint: &str, upstream: &str) -> Self {
-        let _ = handle();
+        for why in ["connect", "status"] {
+            counter!(RETRIES, "endpoint" => endpoint.to_owned(), "upstream" => upstream.to_owned(), "reason" => why)
+                .increment(0);
+        }
         let labels = [
             ("endpoint", endpoint.to_owned()),
             ("upstream", upstream.to_owned()),
@@ -354,29 +359,6 @@ impl UpstreamSeries {
         self.index_blocks.set(blocks as f64);
         self.index_bytes
             .set((blocks * crate::routing::index::ENTRY_BYTES) as f64);
-    }
-}
-
-/// Every series of one upstream, at zero, so dashboards and `rate()` see it
-/// from start-up rather than from its first request.
-pub fn instance_series(endpoint: &str, instance: &str) {
-    let labels = [
-        ("endpoint", endpoint.to_owned()),
-        ("upstream", instance.to_owned()),
-    ];
-    for name in [UPSTREAM_HEADERS, TTFT] {
-        let _ = histogram!(name, &labels);
-    }
-    for name in [PROMPT_TOKENS, CACHED_TOKENS, COMPLETION_TOKENS] {
-        counter!(name, &labels).increment(0);
-    }
-    for why in ["connect", "status"] {
-        counter!(RETRIES, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "reason" => why)
-            .increment(0);
-    }
-    for outcome in ["failover", "overflow"] {
-        counter!(ROUTING_DECISIONS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "outcome" => outcome)
-            .increment(0);
     }
 }
 

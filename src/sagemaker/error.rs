@@ -59,7 +59,6 @@ fn shape(kind: ErrorKind) -> (StatusCode, &'static str) {
     }
 }
 
-/// The layer that gives SageMaker routes SageMaker's errors.
 /// Re-render an error response in SageMaker's shape; others pass untouched.
 pub fn reshape(resp: Response) -> Response {
     if resp.headers().contains_key(ERROR_TYPE) {

@@ -94,6 +94,12 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             last_error = "every instance is draining".to_owned();
             continue;
         }
+        // Before anything is charged to the instance: nothing to take back.
+        let Some(uri) = instance.uri_for(f.path) else {
+            tracing::warn!(endpoint = %ep.name(), instance = %instance.id, "the instance URL and the request path make no URI; trying the next instance");
+            last_error = "the instance URL is not a valid URI".to_owned();
+            continue;
+        };
         let reason = if attempt == 0 {
             plan.reason
         } else {
@@ -141,15 +147,6 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             inserted
         } else {
             Default::default()
-        };
-        let Some(uri) = instance.uri_for(f.path) else {
-            withdraw();
-            if indexed {
-                take_back(instance, &f.input.chain, inserted);
-            }
-            tracing::warn!(endpoint = %ep.name(), instance = %instance.id, "the instance URL and the request path make no URI; trying the next instance");
-            last_error = "the instance URL is not a valid URI".to_owned();
-            continue;
         };
         let body = match f.upload.take() {
             Some(upload) => upload,

@@ -117,7 +117,6 @@ impl Instance {
         let series = telemetry::UpstreamSeries::new(endpoint, id);
         telemetry::healthy(endpoint, id, true);
         series.in_flight(0);
-        telemetry::instance_series(endpoint, id);
         Arc::new(Self {
             endpoint: endpoint.to_owned(),
             id: id.to_owned(),
@@ -168,12 +167,6 @@ impl Instance {
             Subscription::start(Feed::new((&self.endpoint, &self.id), url, replay, settings))
         });
         self.kv.store(next.map(Arc::new));
-    }
-
-    /// Record its health and in-flight gauges as they are now.
-    pub fn publish_gauges(&self) {
-        telemetry::healthy(&self.endpoint, &self.id, self.is_healthy());
-        self.series.in_flight(self.in_flight());
     }
 
     /// The KV-event feed, when the instance has one.

@@ -74,17 +74,24 @@ pub fn validate(raw: RawUpstream) -> Result<UpstreamTls, ConfigError> {
     let at = "upstream.tls.ca_file";
     let pem = std::fs::read(&path)
         .map_err(|e| ConfigError::new(at, format!("cannot read {path:?}: {e}")))?;
-    let certs = reqwest::Certificate::from_pem_bundle(&pem)
-        .map_err(|e| ConfigError::new(at, format!("{path:?} is not a PEM bundle: {e}")))?;
-    if certs.is_empty() {
+    let not_pem = |e: &dyn std::fmt::Display| {
+        ConfigError::new(at, format!("{path:?} is not a PEM bundle: {e}"))
+    };
+    let der = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| not_pem(&e))?;
+    if der.is_empty() {
         return Err(ConfigError::new(
             at,
             format!("{path:?} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"),
         ));
     }
-    let der = CertificateDer::pem_slice_iter(&pem)
+    // The same certificates for reqwest (probes, warm-up): parsed once.
+    let certs = der
+        .iter()
+        .map(|d| reqwest::Certificate::from_der(d))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ConfigError::new(at, format!("{path:?} is not a PEM bundle: {e}")))?;
+        .map_err(|e| not_pem(&e))?;
     Ok(UpstreamTls {
         ca_file: Some(PathBuf::from(path)),
         system_roots,
