@@ -405,6 +405,15 @@ endpoints:
     }
 
     #[test]
+    fn the_access_log_is_off_unless_asked_and_only_a_bool() {
+        assert!(!Config::from_yaml(OK).unwrap().server.access_log);
+        let on = Config::from_yaml(&format!("server:\n  access_log: true\n{OK}")).unwrap();
+        assert!(on.server.access_log);
+        let e = err(&format!("server:\n  access_log: loud\n{OK}"));
+        assert!(e.contains("access_log"), "{e}");
+    }
+
+    #[test]
     fn errors_name_the_field_and_reason() {
         let e = err(&OK.replace("models:", "modles:"));
         assert!(e.contains("modles"), "{e}");
