@@ -14,41 +14,51 @@ struct Dns {
     child: Child,
     port: u16,
     hosts: std::path::PathBuf,
+    log: std::path::PathBuf,
 }
 
 impl Dns {
-    fn start(ips: &[u8]) -> Self {
+    /// Start dnsmasq and wait until it answers for `NAME`. A start that
+    /// dies (its port taken meanwhile, say) is retried on another port; a
+    /// server that never answers fails the test with dnsmasq's own log.
+    async fn start(ips: &[u8]) -> Self {
         let dir = std::env::temp_dir().join(format!("kvgate-dns-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let hosts = dir.join("hosts");
-        let port = std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let log = dir.join("dnsmasq.log");
         write_hosts(&hosts, ips);
-        Self {
-            child: Command::new(dnsmasq())
-                .args([
-                    "--keep-in-foreground",
-                    "--conf-file=/dev/null",
-                    "--no-resolv",
-                    "--no-hosts",
-                    "--bind-interfaces",
-                    "--listen-address=127.0.0.1",
-                    "--pid-file=",
-                    "--user=root",
-                    "--local-ttl=0",
-                    &format!("--port={port}"),
-                    &format!("--addn-hosts={}", hosts.display()),
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("dnsmasq (apt-get install dnsmasq; .ci/run installs it)"),
-            port,
-            hosts,
+        let want: Vec<SocketAddr> = ips
+            .iter()
+            .map(|&i| SocketAddr::from((Ipv4Addr::new(127, 0, 0, i), 1)))
+            .collect();
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_udp_and_tcp_port();
+            let mut dns = Self {
+                child: spawn_dnsmasq(port, &hosts, &log),
+                port,
+                hosts: hosts.clone(),
+                log: log.clone(),
+            };
+            let resolver =
+                kvgate::discovery::dns::resolver(Some(SocketAddr::from(([127, 0, 0, 1], port))))
+                    .unwrap();
+            for _ in 0..100 {
+                if let Ok(Some(status)) = dns.child.try_wait() {
+                    last = format!("dnsmasq exited ({status})");
+                    break;
+                }
+                match kvgate::discovery::dns::lookup(&resolver, NAME, 1).await {
+                    Ok(got) if got == want => return dns,
+                    Ok(got) => last = format!("answered {got:?}"),
+                    Err(e) => last = e,
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            last = format!("{last}; its log:\n{}", dns.log());
+            drop(dns);
         }
+        panic!("dnsmasq never answered for {NAME}: {last}");
     }
 
     /// Answer from now on with these addresses. SIGHUP makes dnsmasq re-read
@@ -58,6 +68,52 @@ impl Dns {
         let _ = Command::new("kill")
             .args(["-HUP", &self.child.id().to_string()])
             .status();
+    }
+
+    /// What dnsmasq printed, for a failure message.
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// `--no-daemon` rather than `--keep-in-foreground`: it never changes user
+/// or group, so it runs the same as root, as another user, or where a
+/// sandbox refuses those calls; it logs to stderr, which goes to `log`.
+fn spawn_dnsmasq(port: u16, hosts: &std::path::Path, log: &std::path::Path) -> Child {
+    let log = std::fs::File::create(log).unwrap();
+    Command::new(dnsmasq())
+        .args([
+            "--no-daemon",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            // Authoritative for the cluster's domain, as CoreDNS is: an
+            // AAAA query for an IPv4-only name is an empty NOERROR, not a
+            // REFUSED that the resolver retries over TCP.
+            "--local=/cluster.local/",
+            "--bind-interfaces",
+            "--listen-address=127.0.0.1",
+            "--pid-file=",
+            "--local-ttl=0",
+            "--log-facility=-",
+            "--log-queries",
+            &format!("--port={port}"),
+            &format!("--addn-hosts={}", hosts.display()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("dnsmasq (apt-get install dnsmasq; .ci/run installs it)")
+}
+
+/// A port free on 127.0.0.1 for both UDP and TCP (dnsmasq takes both).
+fn free_udp_and_tcp_port() -> u16 {
+    loop {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = udp.local_addr().unwrap().port();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
     }
 }
 
@@ -168,7 +224,7 @@ pub fn ids(gw: &Gateway) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_join_and_leave_as_dns_answers_change() {
     let (port, ups) = fleet(&[2, 3, 4]).await;
-    let dns = Dns::start(&[2, 3]);
+    let dns = Dns::start(&[2, 3]).await;
     let yaml = format!(
         r#"server:
   listen: "127.0.0.1:0"
@@ -189,7 +245,19 @@ endpoints:
     );
     let gw = Arc::new(Gateway::start(&yaml).await);
     let at = |i: u8| format!("127.0.0.{i}:{port}");
-    eventually("two instances discovered", || ids(&gw) == [at(2), at(3)]).await;
+    let discovered = || ids(&gw) == [at(2), at(3)];
+    for _ in 0..300 {
+        if discovered() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        discovered(),
+        "two instances discovered: the gateway has {:?}; dnsmasq's log:\n{}",
+        ids(&gw),
+        dns.log()
+    );
 
     // Traffic throughout: every request must succeed while the set changes.
     let traffic = Traffic::start(&gw);
