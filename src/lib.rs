@@ -53,7 +53,7 @@ pub fn build_state(config: Config) -> anyhow::Result<Arc<AppState>> {
 /// Serve on an already bound listener until `shutdown` resolves; then stop
 /// accepting, mark not-ready, and let in-flight requests finish for up to the
 /// configured grace period. Request heads are read under a timeout
-/// (`server.rs` says why this is not `axum::serve`).
+/// (`server/mod.rs` says why this is not `axum::serve`).
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,

@@ -124,8 +124,8 @@ pub struct Runtime {
     by_name: HashMap<String, Arc<Endpoint>>,
     /// Health checks, capacity probes, warm-up.
     pub client: reqwest::Client,
-    /// The proxy path's client (hyper's, directly).
-    pub proxy: crate::upstream::client::Proxy,
+    /// The proxy path's clients (hyper's, directly), one per connection worker.
+    pub proxies: crate::upstream::client::Proxies,
     /// Authentication, tenant limits and salts; counters carried across reloads.
     pub tenancy: Arc<crate::tenancy::Tenancy>,
     /// Instances this build added to running endpoints, to be warmed:
@@ -157,8 +157,11 @@ impl Runtime {
             // A probe reports what the instance answered; it follows nothing.
             .redirect(reqwest::redirect::Policy::none())
             .build()?;
-        let proxy =
-            crate::upstream::client::build(&config.upstream_tls, config.server.timeouts.connect)?;
+        let proxies = crate::upstream::client::Proxies::build(
+            &config.upstream_tls,
+            config.server.timeouts.connect,
+            config.server.workers,
+        )?;
         let mut endpoints = Vec::with_capacity(config.endpoints.len());
         let mut joined = Vec::new();
         let mut by_model = HashMap::new();
@@ -262,7 +265,7 @@ impl Runtime {
             by_model,
             by_name,
             client,
-            proxy,
+            proxies,
             tenancy: Arc::new(tenancy),
             joined,
         })

@@ -45,8 +45,8 @@ async fn collector() -> (String, Arc<Mutex<Vec<(HeaderMap, Bytes)>>>) {
     (url, got)
 }
 
-// One thread: the subscriber set here is this thread's, and the gateway's
-// tasks all run on it.
+// One thread: the subscriber set here is this thread's; the gateway's
+// connection workers take the subscriber of the thread that starts them.
 #[tokio::test(flavor = "current_thread")]
 async fn spans_reach_an_otlp_collector_and_the_upstream_gets_a_traceparent() {
     let (url, got) = collector().await;

@@ -37,6 +37,7 @@ pub struct RawServer {
     pub max_connections: Option<u64>,
     pub http2_keepalive_ms: Option<u64>,
     pub access_log: Option<bool>,
+    pub workers: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

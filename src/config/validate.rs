@@ -138,6 +138,13 @@ fn server(raw: RawServer) -> Result<ServerConfig, ConfigError> {
             v => Some(ms("server.http2_keepalive_ms", v, 20_000)?),
         },
         access_log: raw.access_log.unwrap_or(false),
+        workers: match raw.workers {
+            Some(n) => {
+                in_range("server.workers", n, 1, 1024)?;
+                usize::try_from(n).unwrap_or(1)
+            }
+            None => std::thread::available_parallelism().map_or(1, |n| n.get().min(1024)),
+        },
     })
 }
 
@@ -543,6 +550,8 @@ endpoints:
         let c = Config::from_yaml(OK).unwrap();
         assert_eq!(c.server.timeouts.client_idle.as_millis(), 75_000);
         assert_eq!(c.server.max_connections, 10_000);
+        let cpus = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(c.server.workers, cpus, "one worker a CPU by default");
         assert_eq!(
             c.server.http2_keepalive.map(|d| d.as_millis()),
             Some(20_000)
@@ -552,6 +561,8 @@ endpoints:
         assert_eq!(off.server.http2_keepalive, None);
         for (server, field) in [
             ("  max_connections: 0\n", "server.max_connections"),
+            ("  workers: 0\n", "server.workers"),
+            ("  workers: 5000\n", "server.workers"),
             (
                 "  timeouts: { client_idle_ms: 0 }\n",
                 "server.timeouts.client_idle_ms",

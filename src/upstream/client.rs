@@ -3,7 +3,12 @@
 //! warm-up and JWKS) wraps the same hyper client in a redirect layer and
 //! converts and re-parses the URL twice a request: about a sixth of a proxied
 //! request's instructions (bench/results/proxy-profile.md).
+//!
+//! One client (one connection pool) per connection worker ([`Proxies`]): a
+//! pooled upstream connection is a task on the worker that opened it, so a
+//! request on another worker would wake that one twice a request.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -30,22 +35,59 @@ pub type Proxy = Client<HttpsConnector<HttpConnector>, Body>;
 /// connections idle for less than uvicorn's (vLLM, SGLang) and llama-server's
 /// 5 s keep-alive: reusing one the server has just closed would fail the
 /// request over and cool a healthy instance down.
-pub fn build(tls: &UpstreamTls, connect: Duration) -> Result<Proxy, rustls::Error> {
+fn build(tls: rustls::ClientConfig, connect: Duration) -> Proxy {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(connect));
     let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls.client_config()?)
+        .with_tls_config(tls)
         .https_or_http()
         // HTTP/1 to every instance, TLS or not: the engines speak it.
         .enable_http1()
         .wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
+    Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(4))
         .pool_max_idle_per_host(1024)
         .pool_timer(TokioTimer::new())
-        .build(https))
+        .build(https)
+}
+
+/// One [`Proxy`] per connection worker, each with its own pool.
+#[derive(Debug, Clone)]
+pub struct Proxies(Vec<Proxy>);
+
+thread_local! {
+    /// The connection worker this thread is; 0 for any other thread.
+    static WORKER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Mark the calling thread as connection worker `i` (`server/cores.rs`).
+pub fn set_worker(i: usize) {
+    WORKER.with(|w| w.set(i));
+}
+
+impl Proxies {
+    /// `workers` clients (at least one) with `tls`'s trust, read once.
+    pub fn build(
+        tls: &UpstreamTls,
+        connect: Duration,
+        workers: usize,
+    ) -> Result<Self, rustls::Error> {
+        let config = tls.client_config()?;
+        // Not `Client::clone`, which shares the pool: a build each.
+        Ok(Self(
+            (0..workers.max(1))
+                .map(|_| build(config.clone(), connect))
+                .collect(),
+        ))
+    }
+
+    /// The calling worker's client.
+    pub fn here(&self) -> &Proxy {
+        let i = WORKER.with(Cell::get);
+        &self.0[i % self.0.len()]
+    }
 }
 
 /// Whether a request error is a timeout (the connect timeout, here).

@@ -161,7 +161,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         *request.uri_mut() = uri;
         *request.headers_mut() = upstream_headers.clone();
         let sent = Instant::now();
-        let request = f.runtime.proxy.request(request);
+        let request = f.runtime.proxies.here().request(request);
         let response = match tokio::time::timeout(server.timeouts.first_byte, request).await {
             Err(_) => {
                 // The upstream may be working on it; a second copy elsewhere

@@ -10,6 +10,9 @@
 //! slow connect, not a reset), and nothing of the gateway's is spent on them.
 //! The idle and header timeouts are what guarantee that slots come free.
 //!
+//! Each accepted connection is served on the least busy connection worker
+//! ([`cores`]: one single-threaded runtime a CPU, `server.workers`).
+//!
 //! Shutdown: stop accepting, mark not-ready, ask each connection to finish its
 //! in-flight requests and close, and after `server.shutdown_grace_ms` close
 //! whatever is left.
@@ -28,6 +31,8 @@ use tokio::task::JoinSet;
 use crate::conn;
 use crate::state::AppState;
 
+mod cores;
+
 pub(crate) async fn run(
     listener: TcpListener,
     app: Router,
@@ -35,7 +40,7 @@ pub(crate) async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     // Read once: a reload changes neither the listener nor its timeouts.
-    let (limits, grace, builder, max_connections) = {
+    let (limits, grace, builder, max_connections, workers) = {
         let rt = state.runtime.load();
         let s = &rt.config.server;
         (
@@ -43,8 +48,10 @@ pub(crate) async fn run(
             s.shutdown_grace,
             Arc::new(conn::builder(s)),
             s.max_connections,
+            s.workers,
         )
     };
+    let cores = cores::Cores::start(workers)?;
     let slots = Arc::new(Semaphore::new(max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = JoinSet::new();
@@ -57,11 +64,17 @@ pub(crate) async fn run(
             accepted = accept(&listener, &slots) => match accepted {
                 Ok((stream, slot)) => {
                     let _ = stream.set_nodelay(true);
+                    // Registered with this runtime's reactor: move it to the worker's.
+                    let Ok(stream) = stream.into_std() else { continue };
                     let (builder, app, stop) = (Arc::clone(&builder), app.clone(), stop_rx.clone());
-                    conns.spawn(async move {
-                        conn::serve(stream, builder, app, stop, limits).await;
-                        drop(slot);
-                    });
+                    let (worker, live) = cores.pick();
+                    let serve = async move {
+                        if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
+                            conn::serve(stream, builder, app, stop, limits).await;
+                        }
+                        drop((slot, live));
+                    };
+                    conns.spawn_on(serve, worker);
                 }
                 Err(e) => accept_error(e).await,
             },

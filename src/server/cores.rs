@@ -1,0 +1,101 @@
+//! The connection workers: one thread a CPU, each a tokio runtime of one
+//! worker thread that serves the client connections the accept loop hands it, with
+//! its own upstream connection pool ([`crate::upstream::client::Proxies`]).
+//!
+//! Why not the multi-threaded runtime the rest of the gateway runs on: there a
+//! request's client connection, its upstream connection and the idle second
+//! worker that tokio wakes to steal work sit on different threads, and the
+//! wake-ups cost a proxied request 4.2 context switches against nginx's 2.0
+//! (bench/results/proxy-profile.md). Here a connection, the tasks it spawns
+//! and the upstream connections it uses stay on one thread, as an nginx
+//! worker's do. Health checks, discovery and the other background tasks stay
+//! on the main runtime.
+//!
+//! A one-worker multi-threaded runtime rather than a current-thread one: the
+//! same wake-ups, but with 10,000 open streams the current-thread scheduler
+//! held 470–540 MiB against 300 (`cargo bench --bench overhead -- --memory`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::runtime::Handle;
+
+/// The workers; dropping this stops them (their connections are dropped).
+pub struct Cores {
+    first: Worker,
+    rest: Vec<Worker>,
+}
+
+struct Worker {
+    handle: Handle,
+    /// Taken only when dropped.
+    rt: Option<tokio::runtime::Runtime>,
+    /// Connections on it now.
+    live: Arc<AtomicUsize>,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Not a plain drop: this may run on an async thread, where that panics.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Counts a connection on its worker until dropped.
+pub struct Live(Arc<AtomicUsize>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Cores {
+    /// Start `n` workers (at least one), named `kvgate-worker-{i}`.
+    pub fn start(n: usize) -> std::io::Result<Self> {
+        let mut rest = Vec::with_capacity(n.saturating_sub(1));
+        let first = Self::worker(0)?;
+        for i in 1..n {
+            rest.push(Self::worker(i)?);
+        }
+        Ok(Self { first, rest })
+    }
+
+    fn worker(i: usize) -> std::io::Result<Worker> {
+        // The subscriber of the thread that starts the server (the global one
+        // in `main`; a test's own, set for its thread, in the tests).
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("kvgate-worker-{i}"))
+            .on_thread_start(move || {
+                crate::upstream::client::set_worker(i);
+                // Its guard would restore the previous default when dropped:
+                // the thread keeps this one for its life.
+                std::mem::forget(tracing::dispatcher::set_default(&dispatch));
+            })
+            .enable_all()
+            .build()?;
+        Ok(Worker {
+            handle: rt.handle().clone(),
+            rt: Some(rt),
+            live: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// The worker with the fewest connections, and the count of one more on
+    /// it: long-lived streams spread evenly, not by turns.
+    pub fn pick(&self) -> (&Handle, Live) {
+        let load = |w: &Worker| w.live.load(Ordering::Relaxed);
+        let w = self.rest.iter().fold(
+            &self.first,
+            |best, w| {
+                if load(w) < load(best) { w } else { best }
+            },
+        );
+        w.live.fetch_add(1, Ordering::Relaxed);
+        (&w.handle, Live(Arc::clone(&w.live)))
+    }
+}
