@@ -2,9 +2,8 @@
 //! real OTLP/HTTP receiver (POST /v1/traces, protobuf), the upstream gets a
 //! W3C `traceparent` of the same trace, and a client's own trace is continued.
 //!
-//! A binary of its own: tracing's callsite interest and the traces switch are
-//! process-wide, and gateways of other tests running beside this one on other
-//! threads made the first request's span flaky (about 1 run in 10 under load).
+//! A binary of its own: the subscriber, tracing's callsite interest and the
+//! traces switch are process-wide.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -45,16 +44,13 @@ async fn collector() -> (String, Arc<Mutex<Vec<(HeaderMap, Bytes)>>>) {
     (url, got)
 }
 
-// One thread: the subscriber set here is this thread's; the gateway's
-// connection workers take the subscriber of the thread that starts them.
-#[tokio::test(flavor = "current_thread")]
+// The process's global subscriber, as `kvgate serve` installs one: the
+// gateway serves requests on its own connection worker threads.
+#[tokio::test]
 async fn spans_reach_an_otlp_collector_and_the_upstream_gets_a_traceparent() {
     let (url, got) = collector().await;
     let (layer, guard) = kvgate::otel::layer(&url).unwrap();
-    let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
-    // On once this thread's subscriber exists: other tests' gateways, on other
-    // threads, then meet the request span's callsite with a listener registered.
-    tracing::callsite::rebuild_interest_cache();
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).unwrap();
     guard.enable();
     let up = Upstream::start("u0", Mode::Json).await;
     let gw = Gateway::start(&config(MODEL, &[&up], "prefix_aware", 10)).await;

@@ -41,7 +41,7 @@ fn world() -> &'static World {
             .unwrap();
         let config = kvgate::Config::from_yaml(CONFIG).unwrap();
         let limits = kvgate::conn::Limits::of(&config.server);
-        let builder = Arc::new(kvgate::conn::builder(&config.server));
+        let builder = Arc::new(kvgate::conn::builder(&config.server, Default::default()));
         let app = rt.block_on(async {
             let state = kvgate::build_state(config).unwrap();
             kvgate::api::router(state)

@@ -15,10 +15,18 @@ use crate::telemetry;
 
 /// Reload `path` into `state` once. Returns the error text on failure.
 pub fn reload_from(path: &Path, state: &AppState) -> Result<(), String> {
-    let result = Config::load(path).map_err(|e| e.to_string()).and_then(|cfg| {
-        let old = state.runtime.load().config.server.listen;
-        if cfg.server.listen != old {
-            tracing::warn!(old = %old, new = %cfg.server.listen, "server.listen changes only on restart");
+    let result = Config::load(path).map_err(|e| e.to_string()).and_then(|mut cfg| {
+        let (listen, workers) = {
+            let rt = state.runtime.load();
+            (rt.config.server.listen, rt.config.server.workers)
+        };
+        if cfg.server.listen != listen {
+            tracing::warn!(old = %listen, new = %cfg.server.listen, "server.listen changes only on restart");
+        }
+        if cfg.server.workers != workers {
+            tracing::warn!(old = workers, new = cfg.server.workers, "server.workers changes only on restart");
+            // One upstream pool per running worker, as the server started them.
+            cfg.server.workers = workers;
         }
         state.reload(cfg).map_err(|e| format!("cannot build the upstream client: {e}"))
     });

@@ -20,6 +20,7 @@ mod guard;
 pub mod h1;
 pub mod h2;
 pub mod render;
+mod streams;
 
 use std::convert::Infallible;
 use std::pin::{Pin, pin};
@@ -35,7 +36,7 @@ use axum::http::{HeaderValue, Version, header};
 use futures_util::task::AtomicWaker;
 use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, watch};
@@ -43,6 +44,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 
 pub use guard::{BodyRefused, LINGER_BYTES, LINGER_TIME};
+pub use streams::StreamExecutor;
 
 use crate::config::ServerConfig;
 
@@ -64,11 +66,12 @@ impl Limits {
 }
 
 /// hyper's connection builder, HTTP/1 and HTTP/2 by sniffing.
-pub type ConnBuilder = Builder<TokioExecutor>;
+pub type ConnBuilder = Builder<StreamExecutor>;
 
-/// The builder every connection is served with, from config.
-pub fn builder(server: &ServerConfig) -> ConnBuilder {
-    let mut b = Builder::new(TokioExecutor::new());
+/// The builder every connection is served with, from config; HTTP/2 streams
+/// run on `streams`.
+pub fn builder(server: &ServerConfig, streams: StreamExecutor) -> ConnBuilder {
+    let mut b = Builder::new(streams);
     // The guard times request heads (answering 408); hyper's own header
     // timer would close silently and also counts keep-alive idleness, which
     // is `client_idle_ms`'s business.

@@ -6,10 +6,13 @@
 //! request's client connection, its upstream connection and the idle second
 //! worker that tokio wakes to steal work sit on different threads, and the
 //! wake-ups cost a proxied request 4.2 context switches against nginx's 2.0
-//! (bench/results/proxy-profile.md). Here a connection, the tasks it spawns
-//! and the upstream connections it uses stay on one thread, as an nginx
-//! worker's do. Health checks, discovery and the other background tasks stay
-//! on the main runtime.
+//! (bench/results/proxy-profile.md). Here an HTTP/1 connection, the tasks it
+//! spawns and the upstream connections it uses stay on one thread, as an
+//! nginx worker's do; an HTTP/2 connection's streams are dealt out to the
+//! workers in turn (`conn/streams.rs`), so one multiplexed connection from a
+//! proxy in front does not load one thread only. Health checks, discovery and the other background tasks stay
+//! on the main runtime. The workers log through the process's global
+//! subscriber (`main` installs it), not a thread's own.
 //!
 //! A one-worker multi-threaded runtime rather than a current-thread one: the
 //! same wake-ups, but with 10,000 open streams the current-thread scheduler
@@ -64,17 +67,11 @@ impl Cores {
     }
 
     fn worker(i: usize) -> std::io::Result<Worker> {
-        // The subscriber of the thread that starts the server (the global one
-        // in `main`; a test's own, set for its thread, in the tests).
-        let dispatch = tracing::dispatcher::get_default(Clone::clone);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name(format!("kvgate-worker-{i}"))
             .on_thread_start(move || {
                 crate::upstream::client::set_worker(i);
-                // Its guard would restore the previous default when dropped:
-                // the thread keeps this one for its life.
-                std::mem::forget(tracing::dispatcher::set_default(&dispatch));
             })
             .enable_all()
             .build()?;
@@ -83,6 +80,12 @@ impl Cores {
             rt: Some(rt),
             live: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    /// An executor spreading HTTP/2 streams over the workers.
+    pub fn streams(&self) -> crate::conn::StreamExecutor {
+        let all = std::iter::once(&self.first).chain(&self.rest);
+        crate::conn::StreamExecutor::new(all.map(|w| w.handle.clone()).collect())
     }
 
     /// The worker with the fewest connections, and the count of one more on

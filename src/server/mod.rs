@@ -40,18 +40,12 @@ pub(crate) async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     // Read once: a reload changes neither the listener nor its timeouts.
-    let (limits, grace, builder, max_connections, workers) = {
-        let rt = state.runtime.load();
-        let s = &rt.config.server;
-        (
-            conn::Limits::of(s),
-            s.shutdown_grace,
-            Arc::new(conn::builder(s)),
-            s.max_connections,
-            s.workers,
-        )
-    };
-    let cores = cores::Cores::start(workers)?;
+    let config = Arc::clone(&state.runtime.load().config);
+    let s = &config.server;
+    let cores = cores::Cores::start(s.workers)?;
+    let (limits, grace, max_connections) =
+        (conn::Limits::of(s), s.shutdown_grace, s.max_connections);
+    let builder = Arc::new(conn::builder(s, cores.streams()));
     let slots = Arc::new(Semaphore::new(max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = JoinSet::new();
