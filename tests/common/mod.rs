@@ -349,8 +349,11 @@ pub fn with_admin(yaml: &str) -> String {
 impl Gateway {
     pub async fn start(yaml: &str) -> Self {
         let yaml = &with_admin(yaml);
-        let config = kvgate::Config::from_yaml(yaml)
+        let mut config = kvgate::Config::from_yaml(yaml)
             .unwrap_or_else(|e| panic!("bad test config: {e}\n{yaml}"));
+        // Several workers, as in production, but not one a CPU for each of
+        // the tests a many-core machine runs at once.
+        config.server.workers = config.server.workers.clamp(2, 4);
         let state = kvgate::build_state(config).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
