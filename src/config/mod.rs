@@ -56,8 +56,8 @@ pub struct ServerConfig {
     /// `kvgate::access`): off by default, since metrics count every request
     /// and a line per request costs more than the routing decision.
     pub access_log: bool,
-    /// Threads serving client connections, each a single-threaded runtime
-    /// with its own upstream pool (`server/cores.rs`); default: one a CPU.
+    /// Threads serving client connections, each a one-thread runtime with
+    /// its own upstream pool (`server/cores.rs`); default: one a CPU.
     pub workers: usize,
 }
 

@@ -1,6 +1,7 @@
 //! The connection workers: one thread a CPU, each a tokio runtime of one
-//! worker thread that serves the client connections the accept loop hands it, with
-//! its own upstream connection pool ([`crate::upstream::client::Proxies`]).
+//! worker thread that serves the client connections the accept loop hands
+//! it, with its own upstream connection pool
+//! ([`crate::upstream::client::Proxies`]).
 //!
 //! Why not the multi-threaded runtime the rest of the gateway runs on: there a
 //! request's client connection, its upstream connection and the idle second
@@ -10,9 +11,9 @@
 //! spawns and the upstream connections it uses stay on one thread, as an
 //! nginx worker's do; an HTTP/2 connection's streams are dealt out to the
 //! workers in turn (`conn/streams.rs`), so one multiplexed connection from a
-//! proxy in front does not load one thread only. Health checks, discovery and the other background tasks stay
-//! on the main runtime. The workers log through the process's global
-//! subscriber (`main` installs it), not a thread's own.
+//! proxy in front does not load one thread only. Health checks, discovery and
+//! the other background tasks stay on the main runtime. The workers log
+//! through the process's global subscriber (`main` installs it).
 //!
 //! A one-worker multi-threaded runtime rather than a current-thread one: the
 //! same wake-ups, but with 10,000 open streams the current-thread scheduler

@@ -11,7 +11,7 @@
 //! The idle and header timeouts are what guarantee that slots come free.
 //!
 //! Each accepted connection is served on the least busy connection worker
-//! ([`cores`]: one single-threaded runtime a CPU, `server.workers`).
+//! ([`cores`]: a one-thread runtime a CPU, `server.workers`).
 //!
 //! Shutdown: stop accepting, mark not-ready, ask each connection to finish its
 //! in-flight requests and close, and after `server.shutdown_grace_ms` close
