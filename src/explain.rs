@@ -175,6 +175,10 @@ fn instances_view(
                 v["uncached_tokens"] = json!(c.uncached_tokens);
                 v["queued_prefill_tokens"] = json!(l.queued_prefill);
                 v["queued_tokens"] = json!(c.queued_tokens);
+                // A copy into a full cache evicts as much as it must prefill.
+                v["cache_full"] = json!(l.cache_full);
+                v["displaced_tokens"] = json!(c.displaced_tokens);
+                v["recent_work_tokens"] = json!(l.recent_work);
                 v["cost"] = json!(c.total);
                 v["index_blocks"] = json!(i.index.len());
                 v["index_capacity_blocks"] = json!(i.index.capacity());
@@ -229,10 +233,10 @@ fn why(reason: Reason, strategy: Strategy) -> &'static str {
             "least cost, and it holds the longest cached prefix of this prompt"
         }
         (Reason::CacheSpread, _) => {
-            "least cost: an instance holding more of this prompt has more prefill queued than recomputing the difference here costs"
+            "least cost: an instance holding more of this prompt is at its limit, or has more prefill queued than recomputing the difference here costs (twice that when this cache is full, for what the copy evicts)"
         }
         (Reason::Cold, _) => {
-            "no instance holds any of this prompt: the least loaded, ties broken by the ring"
+            "no instance holds any of this prompt: the least loaded, ties broken by the work given each instance lately, then the ring"
         }
         (Reason::Affinity, _) => "the key's first instance on the ring, under its limits",
         (Reason::Overflow, _) => {

@@ -70,6 +70,7 @@ impl Endpoint {
         let mut loads = Vec::with_capacity(self.instances.len());
         let mut seen = Vec::with_capacity(self.instances.len());
         for inst in &self.instances {
+            let mut full = lookup && inst.index.is_full();
             let approx = if lookup {
                 inst.index.matched(&input.chain)
             } else {
@@ -87,6 +88,11 @@ impl Endpoint {
                                 l2: kv.shared.as_ref().map_or(0.0, |t| t.weight),
                             };
                             let held = sub.feed.matched(&prompt.keys, shared, w);
+                            // Full as the engine's own events count it.
+                            let cap = inst.index.capacity()
+                                * routing::cost::block_tokens(routing.block_chars);
+                            let stored = sub.feed.held_blocks() * kv.block_size;
+                            full = stored * 20 >= cap * 19;
                             let s = Seen {
                                 trust,
                                 from_events: true,
@@ -108,6 +114,7 @@ impl Endpoint {
             };
             loads.push(Load {
                 matched_blocks: matched,
+                cache_full: full,
                 ..inst.load()
             });
             seen.push(s);

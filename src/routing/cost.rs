@@ -1,5 +1,6 @@
-//! The cost model of cache-aware routing: the estimated time, in prefill
-//! tokens, until this request's first token on each instance.
+//! The cost model of cache-aware routing: what sending this request to each
+//! instance costs, in prefill tokens — its own wait there, plus the work the
+//! choice makes for everyone else.
 //!
 //! ```text
 //! cost(i) = uncached(i)                     this prompt's own prefill on i
@@ -7,28 +8,40 @@
 //!                                           requests without a first byte yet of
 //!                                           (uncached tokens + REQUEST_OVERHEAD)
 //!         + RUNNING_WEIGHT × in_flight(i)   decode work sharing i's steps
+//!         + displaced(i)                    what a copy evicts: uncached(i) when i's
+//!                                           cache is full, else 0
 //! uncached(i) = prompt_tokens − min(prompt_tokens, matched_blocks(i) × block_tokens)
 //! ```
 //!
 //! Why this shape (after Dynamo's "prefill blocks to compute + decode blocks",
 //! llm-d's queued-prefill scorer, Preble's E2 and LMetric): time to first token
 //! on an instance is the prefill queued ahead of the request plus its own
-//! uncached prefill, both at the instance's prefill rate, so the two are added
-//! in the same unit and no rate needs configuring. A conversation's next turn
-//! therefore stays where its history is cached until that instance's queue is
-//! longer than the history would take to recompute elsewhere; a hot prefix
-//! spills onto a second instance when waiting costs more than a cold prefill
-//! there — and that instance then holds it too; a cold prefix costs the same
-//! everywhere but for load, and goes to the least-loaded instance. The cost
-//! compares only this request's wait, though: a shared system prompt's holder
-//! stays cheaper for every new conversation long after it is overloaded, so the
-//! policy also caps load (see `longest.rs`), and that cap is what replicates
-//! such prefixes.
+//! uncached prefill. An engine batches prefills (vLLM's chunked prefill fills
+//! each step's token budget from every waiting request), so its prefill time is
+//! the tokens it must compute over its prefill rate whatever the number of
+//! requests: the two terms add in the same unit and no rate needs configuring.
+//! A second request for a prefix the holder has cached adds only its own
+//! uncached suffix there.
+//!
+//! The last term is the price the greedy wait-only model did not see, and why
+//! it lost to plain hashing when caches are under pressure: recomputing a
+//! prefix on a second instance whose cache is full evicts as many tokens of
+//! whatever that instance held least recently, and some later request pays to
+//! prefill those again. So while caches are full a prefix leaves its holder
+//! only when the holder's excess queue exceeds *twice* the recompute (the
+//! prefill now and the one it displaces); while a cache has room, copying is
+//! free and the model is the plain wait. A cold prefix costs the same on every
+//! full instance and goes where the queue is shortest.
+//!
+//! The cost compares one request's wait only, though: a shared system
+//! prompt's holder stays cheaper for every new conversation long after it is
+//! overloaded, so the policy also caps load (see `longest.rs`), and that cap
+//! is what replicates such prefixes.
 //!
 //! Known approximation: the queued charge is given back at the response's first
 //! body byte. For a stream that is the first token; a non-streaming answer
-//! (the native Invoke default) sends its first byte at the end, so its charge
-//! also covers its decoding and such instances look busier than they are.
+//! sends its first byte at the end, so its charge also covers its decoding
+//! and such instances look busier than they are.
 //!
 //! The constants, in prefill tokens:
 //! - [`REQUEST_OVERHEAD`] 256: every queued request costs at least one engine
@@ -41,6 +54,8 @@
 //!   is what keeps shares even.
 //! - [`CHARS_PER_TOKEN`] 4: the usual English BPE ratio, to turn the canonical
 //!   prompt's characters into tokens without tokenizing on the request path.
+
+use super::Load;
 
 /// Characters of canonical prompt per token, for estimates.
 pub const CHARS_PER_TOKEN: usize = 4;
@@ -64,7 +79,9 @@ pub struct Cost {
     pub uncached_tokens: u64,
     /// Prefill already waiting there, plus the decode charge of its in-flight requests.
     pub queued_tokens: u64,
-    /// `uncached_tokens + queued_tokens`: the estimated wait, in prefill tokens.
+    /// Cached tokens of other prefixes a copy would evict (its cache is full).
+    pub displaced_tokens: u64,
+    /// `uncached_tokens + queued_tokens + displaced_tokens`.
     pub total: u64,
 }
 
@@ -76,33 +93,34 @@ impl CostModel {
         }
     }
 
-    /// The cost of a `prompt_tokens` prompt on an instance holding its first
-    /// `matched_blocks` blocks, with `queued_prefill` tokens waiting and
-    /// `in_flight` requests running.
-    pub fn cost(
-        &self,
-        prompt_tokens: u64,
-        matched_blocks: usize,
-        queued_prefill: u64,
-        in_flight: usize,
-    ) -> Cost {
+    /// The cost of a `prompt_tokens` prompt on an instance with `load`.
+    pub fn cost(&self, prompt_tokens: u64, load: &Load) -> Cost {
+        let uncached = self.uncached(prompt_tokens, load.matched_blocks);
+        let queued = load
+            .queued_prefill
+            .saturating_add(RUNNING_WEIGHT.saturating_mul(load.in_flight as u64));
+        let displaced = if load.cache_full { uncached } else { 0 };
+        Cost {
+            cached_tokens: prompt_tokens - uncached,
+            uncached_tokens: uncached,
+            queued_tokens: queued,
+            displaced_tokens: displaced,
+            total: uncached.saturating_add(queued).saturating_add(displaced),
+        }
+    }
+
+    /// Tokens of a `prompt_tokens` prompt an instance holding its first
+    /// `matched_blocks` blocks must still prefill.
+    pub fn uncached(&self, prompt_tokens: u64, matched_blocks: usize) -> u64 {
         let cached = (matched_blocks as u64)
             .saturating_mul(self.block_tokens)
             .min(prompt_tokens);
-        let uncached = prompt_tokens - cached;
-        let queued = queued_prefill.saturating_add(RUNNING_WEIGHT.saturating_mul(in_flight as u64));
-        Cost {
-            cached_tokens: cached,
-            uncached_tokens: uncached,
-            queued_tokens: queued,
-            total: uncached.saturating_add(queued),
-        }
+        prompt_tokens - cached
     }
 
     /// What a request adds to its instance's queued prefill until its first byte.
     pub fn queued_charge(&self, prompt_tokens: u64, matched_blocks: usize) -> u64 {
-        self.cost(prompt_tokens, matched_blocks, 0, 0)
-            .uncached_tokens
+        self.uncached(prompt_tokens, matched_blocks)
             .saturating_add(REQUEST_OVERHEAD)
     }
 }
@@ -121,21 +139,46 @@ pub fn tokens_of_chars(chars: usize) -> u64 {
 mod tests {
     use super::*;
 
+    fn load(matched_blocks: usize, queued_prefill: u64, in_flight: usize) -> Load {
+        Load {
+            matched_blocks,
+            queued_prefill,
+            ..Load::with_in_flight(in_flight)
+        }
+    }
+
     #[test]
     fn cached_blocks_cut_the_prompt_cost_and_queues_add_to_it() {
         let m = CostModel::for_block_chars(256);
         assert_eq!(m.block_tokens, 64);
-        let cold = m.cost(1000, 0, 0, 0);
-        let warm = m.cost(1000, 10, 0, 0);
+        let cold = m.cost(1000, &load(0, 0, 0));
+        let warm = m.cost(1000, &load(10, 0, 0));
         assert_eq!(
             (cold.total, warm.cached_tokens, warm.total),
             (1000, 640, 360)
         );
         // More cached blocks than the prompt has tokens: capped, never negative.
-        assert_eq!(m.cost(100, 10, 0, 0).total, 0);
-        let busy = m.cost(1000, 10, 500, 2);
+        assert_eq!(m.cost(100, &load(10, 0, 0)).total, 0);
+        let busy = m.cost(1000, &load(10, 500, 2));
         assert_eq!(busy.queued_tokens, 500 + 2 * RUNNING_WEIGHT);
         assert_eq!(busy.total, 360 + 500 + 2 * RUNNING_WEIGHT);
+    }
+
+    #[test]
+    fn a_copy_into_a_full_cache_pays_for_what_it_evicts() {
+        let m = CostModel::for_block_chars(256);
+        let mut full = load(10, 0, 0);
+        full.cache_full = true;
+        let c = m.cost(1000, &full);
+        assert_eq!(
+            (c.uncached_tokens, c.displaced_tokens, c.total),
+            (360, 360, 720)
+        );
+        // A prompt held whole displaces nothing, full cache or not.
+        full.matched_blocks = 16;
+        assert_eq!(m.cost(1000, &full).total, 0);
+        // Room in the cache: a copy is free beyond its own prefill.
+        assert_eq!(m.cost(1000, &load(0, 0, 0)).displaced_tokens, 0);
     }
 
     #[test]

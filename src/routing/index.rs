@@ -10,11 +10,26 @@
 //! O(log blocks) probes instead of one per block, and per request
 //! O(instances × log blocks) in all.
 //!
+//! The capacity corrects itself ([`BlockIndex::calibrate`]): an engine's
+//! answer says how many prompt tokens it had cached (`cached_tokens`). Fewer
+//! than the index expected means the engine evicted blocks the index still
+//! holds, so it is smaller than believed: the estimate drops to the reuse
+//! distance of what was lost (blocks touched here since), at most halving at a
+//! time. More than expected while the index is full means the estimate is too
+//! small: it grows by a quarter, up to the configured or learned capacity.
+//! Only answers whose matched blocks were *settled* count — computed by a
+//! request that had already been answered — since a second request for a
+//! prefix still being prefilled finds it only partly cached however large the
+//! cache. This is what makes `longest_prefix` right on engines that export no
+//! capacity (SGLang, llama.cpp, TGI), where it would otherwise believe the
+//! 384,000-token default and route to holders that evicted long ago.
+//!
 //! Memory: at most `capacity` entries of [`ENTRY_BYTES`] each (measured in the
 //! hot-path benchmark), so an instance modelled at 384k tokens with 64-token
 //! blocks costs 6,000 entries ≈ 0.4 MB. One mutex per instance, held for a
 //! lookup or an insert only: there is no lock shared by all instances.
 
+use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
 
@@ -22,7 +37,10 @@ use lru::LruCache;
 
 /// Approximate heap bytes per entry: the LRU node (key, two links, allocator
 /// header) and its hash-table slot. `benches/routing.rs` measures the real figure.
-pub const ENTRY_BYTES: usize = 68;
+pub const ENTRY_BYTES: usize = 84;
+
+/// The smallest capacity estimate calibration may reach, in blocks.
+pub const MIN_BLOCKS: usize = 16;
 
 /// The blocks one instance holds, as far as the gateway knows.
 #[derive(Debug)]
@@ -32,8 +50,15 @@ pub struct BlockIndex {
 
 #[derive(Debug)]
 struct Inner {
-    /// `None` when the endpoint's strategy keeps no index.
-    lru: Option<LruCache<u64, ()>>,
+    /// `None` when the endpoint's strategy keeps no index. Its `cap()` is the
+    /// current capacity estimate.
+    lru: Option<LruCache<u64, Touch>>,
+    /// The configured or learned capacity: the estimate never grows past it.
+    ceiling: usize,
+    /// Blocks touched so far: the clock reuse distances are counted on.
+    touches: u64,
+    /// Inserts whose request has no answer yet (see [`BlockIndex::settle`]).
+    pending: HashSet<u64>,
     /// The block size the hashes were cut with; a change makes them meaningless.
     block_bytes: usize,
     /// Inserts so far: a [`BlockIndex::forget`] is honoured only if no other
@@ -42,8 +67,16 @@ struct Inner {
     inserts: u64,
 }
 
+/// When a block was last touched: by which insert, at which clock.
+#[derive(Debug, Clone, Copy)]
+struct Touch {
+    insert: u64,
+    at: u64,
+}
+
 /// What an insert added, so a request that never reached the instance can be
-/// taken back out ([`BlockIndex::forget`]).
+/// taken back out ([`BlockIndex::forget`]), and what the answer is checked
+/// against ([`BlockIndex::calibrate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Inserted {
     /// Chain blocks `[from..to]` were new to the index.
@@ -51,8 +84,18 @@ pub struct Inserted {
     pub to: usize,
     /// Blocks the index holds after the insert.
     pub len: usize,
+    /// Blocks touched here since the deepest matched block was last touched,
+    /// when a request already answered had touched it (else `None`).
+    pub reuse: Option<u64>,
     /// Which insert this was.
     stamp: u64,
+}
+
+impl Inserted {
+    /// Which insert this was, for [`BlockIndex::settle`].
+    pub fn stamp(&self) -> u64 {
+        self.stamp
+    }
 }
 
 impl Default for BlockIndex {
@@ -67,6 +110,9 @@ impl BlockIndex {
         Self {
             inner: Mutex::new(Inner {
                 lru: NonZeroUsize::new(capacity).map(LruCache::new),
+                ceiling: capacity,
+                touches: 0,
+                pending: HashSet::new(),
                 block_bytes,
                 inserts: 0,
             }),
@@ -79,10 +125,12 @@ impl BlockIndex {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Apply new settings (a reload): a different block size clears the index,
-    /// a different capacity shrinks or grows it, evicting the oldest blocks.
+    /// Apply new settings (a reload, a learned capacity): a different block
+    /// size clears the index, a different capacity shrinks or grows it,
+    /// evicting the oldest blocks, and starts the estimate over from it.
     pub fn configure(&self, capacity: usize, block_bytes: usize) {
         let mut inner = self.lock();
+        inner.ceiling = capacity;
         if inner.block_bytes != block_bytes {
             inner.lru = None;
             inner.block_bytes = block_bytes;
@@ -103,7 +151,8 @@ impl BlockIndex {
     /// Record that the instance is about to compute `chain` (and so will cache
     /// it): touch every block, deepest first, evicting the least recent.
     pub fn insert(&self, chain: &[u64]) -> Inserted {
-        let mut inner = self.lock();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         inner.inserts += 1;
         let stamp = inner.inserts;
         let Some(lru) = inner.lru.as_mut() else {
@@ -111,14 +160,58 @@ impl BlockIndex {
         };
         let chain = &chain[..chain.len().min(lru.cap().get())];
         let from = matched_in(lru, chain);
+        // The deepest matched block is the chain's least recent: its reuse
+        // distance bounds what the engine must have kept for this to hit.
+        let reuse = from
+            .checked_sub(1)
+            .and_then(|d| lru.peek(&chain[d]))
+            .filter(|t| !inner.pending.contains(&t.insert))
+            .map(|t| inner.touches - t.at);
         for &h in chain.iter().rev() {
-            lru.put(h, ());
+            inner.touches += 1;
+            let at = inner.touches;
+            lru.put(h, Touch { insert: stamp, at });
         }
+        inner.pending.insert(stamp);
         Inserted {
             from,
             to: chain.len(),
             len: lru.len(),
+            reuse,
             stamp,
+        }
+    }
+
+    /// The request of insert `stamp` has been answered (or gave up): the
+    /// engine holds what it computed, and later hits on it are settled.
+    pub fn settle(&self, stamp: u64) {
+        self.lock().pending.remove(&stamp);
+    }
+
+    /// Correct the capacity estimate from an answer: the insert expected
+    /// `inserted.from` blocks held, the engine reported `held` (its
+    /// `cached_tokens` in index blocks). See the module docs.
+    pub fn calibrate(&self, inserted: &Inserted, held: usize) {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let Some(lru) = inner.lru.as_mut() else {
+            return;
+        };
+        let cap = lru.cap().get();
+        let expected = inserted.from;
+        let estimate = if expected >= 2 && held * 2 < expected {
+            // A miss the engine's cache explains only by being smaller.
+            let Some(reuse) = inserted.reuse else { return };
+            let lost_at = usize::try_from(reuse).unwrap_or(usize::MAX);
+            lost_at.max(cap / 2).max(MIN_BLOCKS).min(cap)
+        } else if held > expected + 1 && lru.len() >= cap {
+            // It kept what the index had already let go.
+            cap.saturating_add(cap / 4 + 1).min(inner.ceiling)
+        } else {
+            return;
+        };
+        if let Some(n) = NonZeroUsize::new(estimate).filter(|n| n.get() != cap) {
+            lru.resize(n);
         }
     }
 
@@ -128,6 +221,7 @@ impl BlockIndex {
     /// the LRU ages them out, which is harmless.
     pub fn forget(&self, chain: &[u64], inserted: Inserted) {
         let mut inner = self.lock();
+        inner.pending.remove(&inserted.stamp);
         if inner.inserts != inserted.stamp {
             return;
         }
@@ -148,9 +242,19 @@ impl BlockIndex {
         self.len() == 0
     }
 
-    /// The most blocks it will hold.
+    /// The most blocks it will hold (the current estimate).
     pub fn capacity(&self) -> usize {
         self.lock().lru.as_ref().map_or(0, |l| l.cap().get())
+    }
+
+    /// Whether what it holds fills (95% of) its capacity, so that anything
+    /// new evicts something.
+    pub fn is_full(&self) -> bool {
+        let inner = self.lock();
+        inner
+            .lru
+            .as_ref()
+            .is_some_and(|l| l.len() * 20 >= l.cap().get() * 19)
     }
 
     /// Forget everything (the instance restarted or reported a cleared cache).
@@ -163,7 +267,7 @@ impl BlockIndex {
 
 /// Binary search for the first block not held: exact because the held set is
 /// prefix-closed (see the module docs).
-fn matched_in(lru: &LruCache<u64, ()>, chain: &[u64]) -> usize {
+fn matched_in(lru: &LruCache<u64, Touch>, chain: &[u64]) -> usize {
     chain.partition_point(|h| lru.contains(h))
 }
 
@@ -240,6 +344,10 @@ mod tests {
         assert_eq!((idx.capacity(), idx.matched(&chain(1, 5))), (0, 0));
     }
 }
+
+#[cfg(test)]
+#[path = "index_calibrate.rs"]
+mod index_calibrate;
 
 #[cfg(test)]
 #[path = "index_props.rs"]

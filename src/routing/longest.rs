@@ -9,10 +9,11 @@
 //! instance into a replicated one: the cost model alone compares this request's
 //! wait only, and a cached request always waits less on its holder than a cold
 //! prefill elsewhere — so without the cap one holder would take all of a shared
-//! system prompt's conversations. The least
-//! [`Cost::total`] leads; ties go by the key's ring walk, so an idle fleet,
-//! a restarted gateway and every replica send a cold prefix to the same place.
-//! The rest follow by cost as failover. When every instance is full the least
+//! system prompt's conversations. The least [`Cost::total`] leads; among equal
+//! costs (a cold prefix on an idle fleet) the instance given the least work
+//! lately ([`Load::recent_work`]), so a few hot keys cannot leave an instance
+//! idle; remaining ties go by the key's ring walk. The rest follow by cost as
+//! failover. When every instance is full the least
 //! costly one leads anyway (reason `fallback`). O(instances · log instances).
 
 use super::{Cost, CostModel, Load, Plan, Policy, Reason, Request, Ring, balance_cap, ring_order};
@@ -41,12 +42,7 @@ impl LongestPrefix {
     }
 
     fn cost_of(&self, request: &Request, load: &Load) -> Cost {
-        self.model.cost(
-            request.prompt_tokens,
-            load.matched_blocks,
-            load.queued_prefill,
-            load.in_flight,
-        )
+        self.model.cost(request.prompt_tokens, load)
     }
 }
 
@@ -65,16 +61,18 @@ impl Policy for LongestPrefix {
         // its holder merely because the first is still running.
         let limit = balance_cap(self.balance_factor, loads)
             .map_or(self.threshold, |cap| (cap + 1).min(self.threshold));
-        // Sort the available ones by (not full, cost), stable so ties keep ring order.
-        let mut keyed: Vec<(bool, u64, usize)> = order[..up]
+        // Sort the available ones by (not full, cost, recent work), stable so
+        // that remaining ties keep ring order.
+        let mut keyed: Vec<(bool, u64, u64, usize)> = order[..up]
             .iter()
             .map(|&i| {
-                let full = loads[i].in_flight >= limit;
-                (full, self.cost_of(request, &loads[i]).total, i)
+                let l = &loads[i];
+                let full = l.in_flight >= limit;
+                (full, self.cost_of(request, l).total, l.recent_work, i)
             })
             .collect();
-        keyed.sort_by_key(|&(full, cost, _)| (full, cost));
-        let (all_full, _, head) = keyed[0];
+        keyed.sort_by_key(|&(full, cost, work, _)| (full, cost, work));
+        let (all_full, _, _, head) = keyed[0];
         let best_match = order[..up]
             .iter()
             .map(|&i| loads[i].matched_blocks)
@@ -89,7 +87,7 @@ impl Policy for LongestPrefix {
         } else {
             Reason::CacheSpread
         };
-        let mut sorted: Vec<usize> = keyed.into_iter().map(|(_, _, i)| i).collect();
+        let mut sorted: Vec<usize> = keyed.into_iter().map(|(_, _, _, i)| i).collect();
         sorted.extend_from_slice(&order[up..]);
         Plan {
             order: sorted,
@@ -158,6 +156,45 @@ mod tests {
         assert_eq!(plan.reason, Reason::CacheSpread);
         assert_ne!(plan.order[0], 2);
         assert_eq!(plan.order[2], 2, "the busy holder is still a failover");
+    }
+
+    #[test]
+    fn under_cache_pressure_a_prefix_leaves_its_holder_only_for_twice_the_recompute() {
+        let p = policy(3, 64);
+        let mut loads = [0, 0, 0].map(Load::with_in_flight);
+        for l in &mut loads {
+            l.cache_full = true;
+        }
+        loads[2].matched_blocks = 100; // 6,400 of 8,000 tokens
+        // A queue the wait-only model would leave (7,000 > 6,400 to recompute).
+        loads[2].queued_prefill = 7000;
+        let plan = p.plan(&req(8000), &loads);
+        assert_eq!((plan.order[0], plan.reason), (2, Reason::CacheHit));
+        // Beyond the recompute and what the copy would evict: spread.
+        loads[2].queued_prefill = 14_000;
+        let plan = p.plan(&req(8000), &loads);
+        assert_eq!(plan.reason, Reason::CacheSpread);
+        // With room in the other caches, copying evicts nothing.
+        loads[2].queued_prefill = 7000;
+        loads[0].cache_full = false;
+        let plan = p.plan(&req(8000), &loads);
+        assert_eq!((plan.order[0], plan.reason), (0, Reason::CacheSpread));
+    }
+
+    #[test]
+    fn equal_costs_go_to_the_instance_given_least_work_lately() {
+        let p = policy(4, 64);
+        let mut loads = [0, 0, 0, 0].map(Load::with_in_flight);
+        let ring_first = p.ring.walk(42).next().unwrap_or(0);
+        loads[ring_first].recent_work = 5000;
+        let least = (ring_first + 1) % 4;
+        for (i, l) in loads.iter_mut().enumerate() {
+            if i != ring_first && i != least {
+                l.recent_work = 3000;
+            }
+        }
+        let plan = p.plan(&req(1000), &loads);
+        assert_eq!((plan.order[0], plan.reason), (least, Reason::Cold));
     }
 
     #[test]

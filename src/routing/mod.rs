@@ -141,6 +141,12 @@ pub struct Load {
     /// Leading blocks of this request's chain the instance holds (cache-aware
     /// strategies; 0 otherwise).
     pub matched_blocks: usize,
+    /// Its prefix cache is full: whatever a request adds there evicts as much
+    /// of what it held (cache-aware strategies; see [`cost`]).
+    pub cache_full: bool,
+    /// Prompt tokens sent to it lately (decaying), so that among instances
+    /// equal in cost the one given least work leads and none sits idle.
+    pub recent_work: u64,
 }
 
 impl Load {

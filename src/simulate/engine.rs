@@ -120,6 +120,7 @@ pub fn run(
     let mut fleet: Vec<Instance> = (0..n).map(|_| Instance::new(timing)).collect();
     let mut rec = Record::new(w.requests.len());
     let mut loads = vec![Load::with_in_flight(0); n];
+    let mut work = vec![0u64; n];
     let mut tally = Tally {
         placed: vec![0; n],
         overflowed: 0,
@@ -144,8 +145,10 @@ pub fn run(
                 for (i, (load, inst)) in loads.iter_mut().zip(&fleet).enumerate() {
                     load.in_flight = inst.in_flight();
                     load.queued_prefill = inst.queued_prefill();
+                    load.recent_work = work[i];
                     if let Some(x) = &indexes {
                         load.matched_blocks = x.of[i].matched(chain);
+                        load.cache_full = x.of[i].is_full();
                     }
                 }
                 let request = Request {
@@ -157,11 +160,11 @@ pub fn run(
                 tally.count(target, plan.reason);
                 let load = loads[target];
                 let charge = policy.queued_charge(&request, &load);
+                // Work given out, undecayed: a simulated run is short.
+                work[target] += charge;
                 if let Some(x) = &indexes {
-                    let cost = x
-                        .model
-                        .cost(request.prompt_tokens, load.matched_blocks, 0, 0);
-                    tally.believed += cost.cached_tokens;
+                    let uncached = x.model.uncached(request.prompt_tokens, load.matched_blocks);
+                    tally.believed += request.prompt_tokens - uncached;
                     x.of[target].insert(chain);
                 }
                 fleet[target].submit(next, at, charge, w, &mut rec);

@@ -116,7 +116,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         // they go; what is placed by load alone has no cache to remember.
         let indexed =
             ep.config.routing.strategy.uses_index() && f.input.placement != Placement::Load;
-        let guard = instance.claim(ep.policy.queued_charge(&request, &load));
+        let mut guard = instance.claim(ep.policy.queued_charge(&request, &load));
         // The instance will cache what it prefills; a request that never gets
         // there, or that it refuses, is taken back out below.
         if attempt == 0 && f.input.placement == Placement::Policy {
@@ -144,6 +144,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             telemetry::matched_fraction(ep.name(), matched_fraction(ep, &request, &load));
             let inserted = instance.index.insert(&f.input.chain);
             instance.series.index_size(inserted.len);
+            guard.inserted(inserted.stamp());
             inserted
         } else {
             Default::default()
@@ -242,6 +243,12 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             return Ok((resp, outcome));
         }
         let admission = f.input.admission.clone();
+        // The approximate index checks itself against the engine's answer.
+        let from_events = seen.get(idx).is_some_and(|s| s.from_events);
+        let calibration = (indexed && !from_events).then(|| Calibration {
+            inserted,
+            block_tokens: crate::routing::cost::block_tokens(ep.config.routing.block_chars) as u64,
+        });
         let timing = (started, f.input.route);
         let issuer = f.input.ids.clone().map(|scope| Issuer {
             scope,
@@ -254,7 +261,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             guard,
             (keepalive, server.timeouts.idle),
             (f.input.stream, issuer),
-            admission,
+            (admission, calibration),
             timing,
         );
         let outcome = Outcome {
@@ -320,13 +327,22 @@ fn plan(
     }
 }
 
+/// What the approximate index expected of an instance, to check against the
+/// `cached_tokens` its answer reports ([`crate::routing::BlockIndex::calibrate`]).
+#[derive(Debug, Clone, Copy)]
+struct Calibration {
+    inserted: crate::routing::index::Inserted,
+    /// Tokens an index block stands for.
+    block_tokens: u64,
+}
+
 /// Turn the upstream response into the client's, streaming the body through.
 fn client_response(
     upstream: axum::http::Response<hyper::body::Incoming>,
     guard: super::InflightGuard,
     (keepalive, idle): (Option<std::time::Duration>, std::time::Duration),
     (stream_requested, issuer): (bool, Option<Issuer>),
-    admission: Option<Arc<crate::tenancy::Admission>>,
+    (admission, calibration): (Option<Arc<crate::tenancy::Admission>>, Option<Calibration>),
     (started, route): (Instant, Route),
 ) -> Response {
     let api = route.label();
@@ -360,6 +376,12 @@ fn client_response(
                 instance
                     .series
                     .usage(u.prompt_tokens, u.cached_tokens, u.completion_tokens);
+                if let Some(c) = calibration.filter(|_| u.cached_reported) {
+                    let held = u.cached_tokens / c.block_tokens.max(1);
+                    instance
+                        .index
+                        .calibrate(&c.inserted, usize::try_from(held).unwrap_or(usize::MAX));
+                }
             }
         },
     );

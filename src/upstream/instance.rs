@@ -34,6 +34,8 @@ pub struct Instance {
     in_flight: AtomicUsize,
     /// Estimated prefill tokens of requests that have no first byte yet.
     queued_prefill: AtomicU64,
+    /// Prefill work sent here lately, decaying (a cost tie-break).
+    recent_work: super::recent_work::RecentWork,
     /// The block chains believed cached here (cache-aware strategies).
     pub index: BlockIndex,
     /// Its KV-event subscription (`kv_aware` with `kv_events` set).
@@ -125,6 +127,7 @@ impl Instance {
             series,
             in_flight: AtomicUsize::new(0),
             queued_prefill: AtomicU64::new(0),
+            recent_work: Default::default(),
             index: BlockIndex::default(),
             kv: arc_swap::ArcSwapOption::empty(),
             learned_cache_tokens: AtomicUsize::new(0),
@@ -238,7 +241,8 @@ impl Instance {
             in_flight: self.in_flight(),
             available: self.available(),
             queued_prefill: self.queued_prefill(),
-            matched_blocks: 0,
+            recent_work: self.recent_work.get(now_ms()),
+            ..Load::default()
         }
     }
 
@@ -309,10 +313,12 @@ impl Instance {
     pub fn claim(self: &Arc<Self>, prefill: u64) -> InflightGuard {
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         self.queued_prefill.fetch_add(prefill, Ordering::Relaxed);
+        self.recent_work.add(prefill, now_ms());
         self.series.in_flight(n);
         InflightGuard {
             instance: Arc::clone(self),
             prefill,
+            index_insert: None,
         }
     }
 }
@@ -328,6 +334,8 @@ pub struct InflightGuard {
     instance: Arc<Instance>,
     /// Queued-prefill tokens not yet given back.
     prefill: u64,
+    /// Its insert into the instance's block index, settled with the prefill.
+    index_insert: Option<u64>,
 }
 
 impl InflightGuard {
@@ -336,12 +344,21 @@ impl InflightGuard {
     }
 
     /// The request's prefill is over (its first byte came): stop counting it
-    /// as queued. Idempotent.
+    /// as queued, and let later hits on its blocks count as settled
+    /// ([`BlockIndex::settle`]). Idempotent.
     pub fn prefill_done(&mut self) {
         let p = std::mem::take(&mut self.prefill);
         if p > 0 {
             self.instance.queued_prefill.fetch_sub(p, Ordering::Relaxed);
         }
+        if let Some(stamp) = self.index_insert.take() {
+            self.instance.index.settle(stamp);
+        }
+    }
+
+    /// The request's blocks went into the instance's index as insert `stamp`.
+    pub fn inserted(&mut self, stamp: u64) {
+        self.index_insert = Some(stamp);
     }
 }
 

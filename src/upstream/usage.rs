@@ -28,6 +28,9 @@ const TAIL: usize = 48;
 pub struct Usage {
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
+    /// The answer said how many were cached (vLLM only does with
+    /// `--enable-prompt-tokens-details`); else `cached_tokens` is 0.
+    pub cached_reported: bool,
     /// 0 when the usage object did not say.
     pub completion_tokens: u64,
 }
@@ -75,6 +78,7 @@ impl UsageScanner {
         self.prompt.map(|p| Usage {
             prompt_tokens: p,
             cached_tokens: self.cached.unwrap_or(0),
+            cached_reported: self.cached.is_some(),
             completion_tokens: self.completion.unwrap_or(0),
         })
     }
@@ -108,6 +112,7 @@ mod tests {
             Some(Usage {
                 prompt_tokens: 1200,
                 cached_tokens: 1024,
+                cached_reported: true,
                 completion_tokens: 5,
             })
         );
@@ -131,6 +136,7 @@ data: [DONE]
                 Some(Usage {
                     prompt_tokens: 98765,
                     cached_tokens: 43210,
+                    cached_reported: true,
                     completion_tokens: 321,
                 }),
                 "cut at {cut}"
@@ -147,6 +153,7 @@ data: [DONE]
             Some(Usage {
                 prompt_tokens: 40,
                 cached_tokens: 32,
+                cached_reported: true,
                 completion_tokens: 7
             })
         );
