@@ -213,13 +213,8 @@ fn main() -> ExitCode {
                             .filter(|i| i.kv_events.is_some())
                             .count();
                         println!(
-                            "    tokenizer {}{}, block_size {}; {following} of {} instances publish KV events (the rest: approximate index)",
-                            kv.tokenizer.name(),
-                            if kv.tokenizer.has_chat_template() {
-                                " with its chat template"
-                            } else {
-                                " (no chat template: chat requests use the approximate index)"
-                            },
+                            "    {}, block_size {}; {following} of {} instances publish KV events (the rest: approximate index)",
+                            kv.describe_tokenizer(),
                             kv.block_size,
                             ep.instances.len(),
                         );

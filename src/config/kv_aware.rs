@@ -42,6 +42,26 @@ pub struct KvAwareConfig {
     pub silence: Duration,
 }
 
+impl KvAwareConfig {
+    /// The tokenizer and where its chat template came from, as `kvgate check`
+    /// prints it: a template found in the wrong place (or not found) silently
+    /// costs every chat request its event routing.
+    pub fn describe_tokenizer(&self) -> String {
+        let t = &self.tokenizer;
+        let template = match (t.chat_template_source(), t.tool_use_template_source()) {
+            (Some(default), None) => format!("with chat template {default}"),
+            (Some(default), Some(tools)) => {
+                format!("with chat template {default} (requests with tools: {tools})")
+            }
+            (None, Some(tools)) => format!(
+                "with a chat template only for requests with tools, {tools} (the rest use the approximate index)"
+            ),
+            (None, None) => "(no chat template: chat requests use the approximate index; routing.chat_template names one)".to_owned(),
+        };
+        format!("tokenizer {} {template}", t.name())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WarmupConfig {
     pub prefixes: usize,

@@ -122,3 +122,60 @@ fn kv_aware_mistakes_name_the_key() {
     ));
     assert!(e.contains("warmup.prefixes"), "{e}");
 }
+
+/// What `kvgate check` prints for the tokenizer, for a config naming `tokenizer`.
+fn described(tokenizer: &str) -> String {
+    let routing = format!("      strategy: kv_aware\n      tokenizer: \"{tokenizer}\"\n");
+    let c = Config::from_yaml(&yaml(&routing, "")).unwrap_or_else(|e| panic!("{e}"));
+    let kv = c.endpoints[0].routing.kv.as_ref();
+    kv.unwrap_or_else(|| panic!("no kv")).describe_tokenizer()
+}
+
+#[test]
+fn check_names_the_chat_template_jinja_transformers_saves_today() {
+    // A model folder as transformers writes it: the template in
+    // chat_template.jinja, none in tokenizer_config.json.
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/smollm2");
+    let dir = std::env::temp_dir().join(format!("kvgate-check-jinja-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let config =
+        std::fs::read(fixture.join("tokenizer_config.json")).unwrap_or_else(|e| panic!("{e}"));
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&config).unwrap_or_else(|e| panic!("{e}"));
+    let template = config
+        .as_object_mut()
+        .and_then(|c| c.remove("chat_template"))
+        .unwrap_or_else(|| panic!("the fixture has a chat_template"));
+    let write = |name: &str, bytes: &[u8]| {
+        std::fs::write(dir.join(name), bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+    };
+    write("tokenizer_config.json", config.to_string().as_bytes());
+    write(
+        "chat_template.jinja",
+        template.as_str().unwrap_or_default().as_bytes(),
+    );
+    std::fs::copy(fixture.join("tokenizer.json"), dir.join("tokenizer.json"))
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let tokenizer = dir.join("tokenizer.json").display().to_string();
+    let line = described(&tokenizer);
+    let jinja = dir.join("chat_template.jinja").display().to_string();
+    assert_eq!(
+        line,
+        format!("tokenizer {tokenizer} with chat template {jinja}")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let string_form = fixture.join("tokenizer.json").display().to_string();
+    assert!(
+        described(&string_form).ends_with("fixtures/smollm2/tokenizer_config.json"),
+        "{}",
+        described(&string_form)
+    );
+    let none = described("tiktoken:o200k_base");
+    assert!(
+        none.contains("no chat template") && none.contains("routing.chat_template"),
+        "{none}"
+    );
+}

@@ -107,7 +107,8 @@ pub struct RawRouting {
     pub block_size: Option<u64>,
     /// `kv_aware`: a tokenizer.json path or `tiktoken:<encoding>`.
     pub tokenizer: Option<String>,
-    /// `kv_aware`: a Jinja chat template file, over tokenizer_config.json's.
+    /// `kv_aware`: a Jinja chat template file, over the model folder's own
+    /// (chat_template.jinja, else tokenizer_config.json's).
     pub chat_template: Option<String>,
     /// `kv_aware`: what a CPU-offloaded block counts for, against a GPU one.
     pub cpu_tier_weight: Option<f64>,

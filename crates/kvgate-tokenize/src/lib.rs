@@ -13,7 +13,10 @@ mod config;
 mod error;
 #[cfg(test)]
 mod fallback_tests;
+#[cfg(test)]
+mod layout_tests;
 mod load;
+mod locate;
 mod messages;
 mod pyjson;
 mod template;
@@ -29,14 +32,15 @@ use serde_json::Value as Json;
 use backend::{Backend, Model};
 use config::TokenizerConfig;
 pub use error::{LoadError, TokenizeError};
-use load::{hf_model, read, tiktoken_encoding, utf8};
-use template::ChatTemplate;
+use load::{hf_model, read, tiktoken_encoding};
+use locate::{Found, FoundTemplates};
+use template::ChatTemplates;
 
 /// A tokenizer with its chat template; `Send + Sync`, shared via `Arc`.
 pub struct PromptTokenizer {
     name: String,
     backend: Backend,
-    template: Option<ChatTemplate>,
+    templates: ChatTemplates,
     /// bos_token, eos_token, … as the template sees them.
     specials: Vec<(&'static str, String)>,
 }
@@ -71,21 +75,17 @@ impl Tokens {
 
 impl PromptTokenizer {
     /// `spec`: a path to a Hugging Face tokenizer.json, or "tiktoken:<encoding>".
-    /// Chat template: the `chat_template` file (Jinja) when given; else, for a
-    /// tokenizer.json, the "chat_template" of tokenizer_config.json beside it (a string,
-    /// or a list of {name, template} where "default" is used); else none.
+    /// Chat template, as transformers finds it (see `locate`): the `chat_template`
+    /// file (Jinja) when given; else, for a tokenizer.json, `chat_template.jinja`
+    /// beside it; else the "chat_template" of tokenizer_config.json beside it (a
+    /// string, or a list of {name, template}: "default", and "tool_use" for
+    /// requests with tools); else none.
     /// bos_token / eos_token come from tokenizer_config.json (string or {"content": ..}).
     pub fn load(spec: &str, chat_template: Option<&Path>) -> Result<Self, LoadError> {
-        let template_file = chat_template
-            .map(|p| {
-                read(p)
-                    .and_then(|b| utf8(p, b))
-                    .map(|s| (s, p.display().to_string()))
-            })
-            .transpose()?;
+        let explicit = chat_template.map(FoundTemplates::explicit).transpose()?;
         if let Some(encoding) = spec.strip_prefix("tiktoken:") {
             let model = Model::Tiktoken(tiktoken_encoding(encoding)?);
-            return Self::build(spec, model, template_file, Vec::new());
+            return Self::build(spec, model, explicit.unwrap_or_default(), Vec::new());
         }
         let path = Path::new(spec);
         let model = hf_model(&read(path)?, spec)?;
@@ -99,10 +99,15 @@ impl PromptTokenizer {
         } else {
             TokenizerConfig::default()
         };
-        let template = template_file.or(config
-            .chat_template
-            .map(|t| (t, config_path.display().to_string())));
-        Self::build(spec, model, template, config.specials)
+        let templates = match explicit {
+            Some(t) => t,
+            None => FoundTemplates::beside(
+                path,
+                config.chat_template,
+                &config_path.display().to_string(),
+            )?,
+        };
+        Self::build(spec, model, templates, config.specials)
     }
 
     /// The same from bytes already in memory (tokenizer.json, optional tokenizer_config.json).
@@ -121,39 +126,52 @@ impl PromptTokenizer {
                 message,
             })?
             .unwrap_or_default();
-        let template = config.chat_template.map(|t| (t, CONFIG.to_owned()));
-        Self::build(NAME, model, template, config.specials)
+        let templates = FoundTemplates::from_config(config.chat_template, CONFIG);
+        Self::build(NAME, model, templates, config.specials)
     }
 
     /// A tiktoken encoding with a given Jinja chat template (None = no template).
     pub fn tiktoken(encoding: &str, chat_template: Option<String>) -> Result<Self, LoadError> {
         let name = format!("tiktoken:{encoding}");
         let model = Model::Tiktoken(tiktoken_encoding(encoding)?);
-        let template = chat_template.map(|t| (t, "chat template (in memory)".to_owned()));
-        Self::build(&name, model, template, Vec::new())
+        let templates = FoundTemplates {
+            default: chat_template.map(|text| Found {
+                text,
+                source: "chat template (in memory)".to_owned(),
+            }),
+            tool_use: None,
+        };
+        Self::build(&name, model, templates, Vec::new())
     }
 
     fn build(
         name: &str,
         model: Model,
-        template: Option<(String, String)>,
+        templates: FoundTemplates,
         specials: Vec<(&'static str, String)>,
     ) -> Result<Self, LoadError> {
-        let template = template
-            .map(|(source, path)| {
-                ChatTemplate::new(source).map_err(|message| LoadError::Template { path, message })
-            })
-            .transpose()?;
         Ok(Self {
             name: name.to_owned(),
             backend: Backend::new(model),
-            template,
+            templates: ChatTemplates::compile(templates)?,
             specials,
         })
     }
 
     pub fn has_chat_template(&self) -> bool {
-        self.template.is_some()
+        !self.templates.is_empty()
+    }
+
+    /// Where the chat template came from (a file path; for tokenizer_config.json's
+    /// list, the path and the entry's name), for `kvgate check` and logs.
+    pub fn chat_template_source(&self) -> Option<&str> {
+        self.templates.default_source()
+    }
+
+    /// Where the template for requests with tools came from, when the model has
+    /// one of its own ("tool_use").
+    pub fn tool_use_template_source(&self) -> Option<&str> {
+        self.templates.tool_use_source()
     }
 
     /// What `tokenizer:` said, for logs ("tiktoken:o200k_base", a path).
@@ -162,7 +180,8 @@ impl PromptTokenizer {
     }
 
     /// Chat completions: render `body["messages"]` (and `body["tools"]` when present)
-    /// with add_generation_prompt = true, as vLLM does, then tokenize WITHOUT adding
+    /// with add_generation_prompt = true, as vLLM does, with the "tool_use" template
+    /// when there are tools and the model has one, then tokenize WITHOUT adding
     /// special tokens (the template carries them). Content given as an array of parts
     /// is flattened to its text parts joined with "\n" (vLLM's "string" content format);
     /// non-text parts are skipped. Stops once `limit` ids are produced.
@@ -196,9 +215,10 @@ impl PromptTokenizer {
 
     /// The rendered chat prompt (for tests and `explain`).
     pub fn render_chat(&self, body: &Json) -> Result<String, TokenizeError> {
+        let has_tools = body.get("tools").is_some_and(|t| !t.is_null());
         let template = self
-            .template
-            .as_ref()
+            .templates
+            .pick(has_tools)
             .ok_or(TokenizeError::NoChatTemplate)?;
         if !body.is_object() {
             return Err(TokenizeError::BadMessages(
@@ -264,7 +284,8 @@ impl std::fmt::Debug for PromptTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PromptTokenizer")
             .field("name", &self.name)
-            .field("chat_template", &self.template.is_some())
+            .field("chat_template", &self.templates.default_source())
+            .field("tool_use_template", &self.templates.tool_use_source())
             .field("segment_cache", &self.backend.segmented())
             .field("cached_segments", &self.backend.cached_segments())
             .finish()

@@ -1,12 +1,14 @@
 //! Chat templates rendered as transformers' `apply_chat_template` renders
 //! them (which is what vLLM calls): Jinja with `trim_blocks` and
 //! `lstrip_blocks` on, no kept trailing newline, Python string methods,
-//! `raise_exception`, `strftime_now` and transformers' own `tojson`.
+//! `raise_exception`, `strftime_now` and transformers' own `tojson`; and
+//! which of a tokenizer's templates a request is rendered with.
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, Error, ErrorKind, Value};
 
-use crate::TokenizeError;
+use crate::locate::{Found, FoundTemplates};
+use crate::{LoadError, TokenizeError};
 
 const NAME: &str = "chat_template";
 
@@ -43,6 +45,60 @@ impl ChatTemplate {
         template
             .render(context)
             .map_err(|e| TokenizeError::Template(describe(&e)))
+    }
+}
+
+/// A compiled template and where it came from.
+struct Sourced {
+    template: ChatTemplate,
+    source: String,
+}
+
+impl Sourced {
+    fn compile(found: Found) -> Result<Self, LoadError> {
+        let template = ChatTemplate::new(found.text).map_err(|message| LoadError::Template {
+            path: found.source.clone(),
+            message,
+        })?;
+        Ok(Self {
+            template,
+            source: found.source,
+        })
+    }
+}
+
+/// A tokenizer's chat templates, compiled.
+pub(crate) struct ChatTemplates {
+    default: Option<Sourced>,
+    tool_use: Option<Sourced>,
+}
+
+impl ChatTemplates {
+    pub(crate) fn compile(found: FoundTemplates) -> Result<Self, LoadError> {
+        Ok(Self {
+            default: found.default.map(Sourced::compile).transpose()?,
+            tool_use: found.tool_use.map(Sourced::compile).transpose()?,
+        })
+    }
+
+    /// transformers' `get_chat_template`, which vLLM calls: "tool_use" for a
+    /// request with tools (any `tools` but null, an empty list too: its test
+    /// is `tools is not None`) when there is one; else "default".
+    pub(crate) fn pick(&self, has_tools: bool) -> Option<&ChatTemplate> {
+        let tool_use = self.tool_use.as_ref().filter(|_| has_tools);
+        tool_use.or(self.default.as_ref()).map(|s| &s.template)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.default.is_none() && self.tool_use.is_none()
+    }
+
+    pub(crate) fn default_source(&self) -> Option<&str> {
+        self.default.as_ref().map(|s| s.source.as_str())
+    }
+
+    pub(crate) fn tool_use_source(&self) -> Option<&str> {
+        self.tool_use.as_ref().map(|s| s.source.as_str())
     }
 }
 
