@@ -15,9 +15,16 @@
 //!
 //! First contact — on subscribing, and again after every reconnection (the
 //! engine may have restarted meanwhile) — starts from an empty index and reads
-//! the replay buffer from batch 0. If that reaches back to 0 the index is
-//! complete; otherwise it is partial (see `feed`) until it has settled. The
-//! socket reconnects by itself; the monitor tells the feed when it is up.
+//! the replay buffer from batch 0 at once, so that a gateway started beside a
+//! busy fleet knows what it holds before the engines' next step; batches that
+//! arrive meanwhile and were replayed already are skipped. If the replay
+//! reaches back to 0 the index is complete; otherwise it is partial (see
+//! `feed`) until it has settled. The socket reconnects by itself; the monitor
+//! tells the feed when it is up.
+//!
+//! vLLM 0.32 answers a replay with `[b"", topic, seq, payload]` and ends it
+//! with `[b"", b"", seq −1, b""]`; the three-frame form without the topic is
+//! read too.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,11 +56,13 @@ pub async fn run(feed: Arc<Feed>) {
         }
         feed.set_connected(true);
         tracing::info!(events = %feed.events_url, "subscribed to KV events");
-        let mut last: Option<u64> = None;
+        let mut last = first_contact(&feed).await;
+        // Batches the replay already applied may still be queued on the SUB socket.
+        let mut skip_through = last;
         loop {
             tokio::select! {
                 msg = sub.recv() => match msg {
-                    Ok(m) => on_message(&feed, &mut last, &m).await,
+                    Ok(m) => on_message(&feed, &mut last, &mut skip_through, &m).await,
                     Err(e) => {
                         tracing::warn!(events = %feed.events_url, error = %e, "KV event subscription failed; resubscribing");
                         break;
@@ -85,7 +94,29 @@ fn frames(m: &ZmqMessage) -> Result<(u64, &[u8]), wire::WireError> {
     }
 }
 
-async fn on_message(feed: &Feed, last: &mut Option<u64>, m: &ZmqMessage) {
+/// Read the whole replay buffer into an emptied index; the last batch it
+/// had, if any.
+async fn first_contact(feed: &Feed) -> Option<u64> {
+    feed.start_over();
+    let (outcome, last) = replay(feed, 0, None).await;
+    match outcome {
+        Replayed::Whole(n) if n > 0 => {
+            feed.sequence("replay");
+            tracing::info!(events = %feed.events_url, batches = n, "KV events replayed on subscribing");
+        }
+        Replayed::Short => feed.partial(false, Instant::now()),
+        // Nothing published yet, or no replay socket: the first batch decides.
+        Replayed::Whole(_) | Replayed::Unavailable => {}
+    }
+    last
+}
+
+async fn on_message(
+    feed: &Feed,
+    last: &mut Option<u64>,
+    skip_through: &mut Option<u64>,
+    m: &ZmqMessage,
+) {
     let (seq, payload) = match frames(m) {
         Ok(f) => f,
         Err(e) => {
@@ -94,6 +125,11 @@ async fn on_message(feed: &Feed, last: &mut Option<u64>, m: &ZmqMessage) {
             return;
         }
     };
+    match *skip_through {
+        Some(done) if seq <= done => return,
+        Some(_) => *skip_through = None,
+        None => {}
+    }
     // (first batch to catch up from, whether the index starts from empty)
     let catch_up = match *last {
         Some(l) if seq == l.wrapping_add(1) => None,
@@ -114,7 +150,7 @@ async fn on_message(feed: &Feed, last: &mut Option<u64>, m: &ZmqMessage) {
         }
     };
     if let Some((from, fresh)) = catch_up.filter(|&(from, _)| from < seq) {
-        match replay(feed, from, seq).await {
+        match replay(feed, from, Some(seq)).await.0 {
             Replayed::Whole(n) => {
                 feed.sequence("replay");
                 tracing::info!(events = %feed.events_url, batches = n, "KV events replayed");
@@ -147,12 +183,15 @@ enum Replayed {
     Unavailable,
 }
 
-/// Replay batches `from..to`, applying each as it arrives (in order; a
-/// replay never buffers the whole history), at most `to - from` of them.
-async fn replay(feed: &Feed, from: u64, to: u64) -> Replayed {
+/// Replay batches `from..to` (`None`: to the end of the buffer), applying
+/// each as it arrives (in order; a replay never buffers the whole history);
+/// also the last batch applied.
+async fn replay(feed: &Feed, from: u64, to: Option<u64>) -> (Replayed, Option<u64>) {
     let Some(url) = feed.replay_url.as_deref() else {
-        return Replayed::Unavailable;
+        return (Replayed::Unavailable, None);
     };
+    let mut applied = None;
+    let applied_ref = &mut applied;
     let work = async {
         let mut dealer = zeromq::DealerSocket::new();
         dealer.connect(url).await.ok()?;
@@ -164,16 +203,18 @@ async fn replay(feed: &Feed, from: u64, to: u64) -> Replayed {
         loop {
             let m = dealer.recv().await.ok()?;
             let parts: Vec<&[u8]> = m.iter().map(|b| b.as_ref()).collect();
-            // [b"", seq, payload]; some publishers omit the empty delimiter.
+            // vLLM's [b"", topic, seq, payload]; [b"", seq, payload] and
+            // [seq, payload] from publishers that leave out topic or delimiter.
             let (seq, payload) = match parts.as_slice() {
-                [[], seq, payload] => (wire::seq(seq).ok()?, *payload),
-                [seq, payload] => (wire::seq(seq).ok()?, *payload),
+                [[], _, seq, payload] | [[], seq, payload] | [seq, payload] => {
+                    (wire::seq(seq).ok()?, *payload)
+                }
                 _ => return None,
             };
             if seq == END_OF_REPLAY {
                 break;
             }
-            if seq < next || seq >= to {
+            if seq < next || to.is_some_and(|to| seq >= to) {
                 continue;
             }
             if seq > next {
@@ -185,17 +226,19 @@ async fn replay(feed: &Feed, from: u64, to: u64) -> Replayed {
                 }
             }
             apply(feed, payload);
+            *applied_ref = Some(seq);
             next = seq + 1;
         }
-        Some(if short || next < to {
+        Some(if short || to.is_some_and(|to| next < to) {
             Replayed::Short
         } else {
             Replayed::Whole(next - from)
         })
     };
-    tokio::time::timeout(REPLAY_TIMEOUT, work)
+    let outcome = tokio::time::timeout(REPLAY_TIMEOUT, work)
         .await
         .ok()
         .flatten()
-        .unwrap_or(Replayed::Unavailable)
+        .unwrap_or(Replayed::Unavailable);
+    (outcome, applied)
 }

@@ -1,7 +1,8 @@
 """A stand-in for vLLM's KV-event publisher on real libzmq (pyzmq) and msgspec,
 the libraries vLLM itself uses: a PUB socket sending [topic, seq, payload] and a
-ROUTER replay socket answering [b"", start_seq] with the buffered batches and an
-end marker. The event structs are declared the way vLLM declares them, in the
+ROUTER replay socket answering [b"", start_seq] with the buffered batches as
+[b"", topic, seq, payload] and an end marker [b"", b"", -1, b""], as vLLM 0.32's
+_service_replay does. The event structs are declared the way vLLM declares them, in the
 encoding named on the command line:
 
   array  vLLM <= 0.10: msgspec array_like tagged structs, int block hashes
@@ -114,8 +115,8 @@ def main():
                 start = int.from_bytes(start, "big")
                 for s, payload in buffer:
                     if s >= start:
-                        router.send_multipart((client, b"", s.to_bytes(8, "big"), payload))
-                router.send_multipart((client, b"", (-1).to_bytes(8, "big", signed=True), b""))
+                        router.send_multipart((client, b"", b"", s.to_bytes(8, "big"), payload))
+                router.send_multipart((client, b"", b"", (-1).to_bytes(8, "big", signed=True), b""))
             else:
                 line = sys.stdin.readline()
                 if not line:

@@ -2,7 +2,8 @@
 //! `[topic, seq (8 bytes BE), payload]`, keeps the last `replay_buffer` batches,
 //! and answers replay requests on the ROUTER socket as vLLM does: for
 //! `[identity, "", start_seq]`, every buffered batch with `seq >= start_seq` as
-//! `[identity, "", seq, payload]`, then `[identity, "", 0xFF×8, ""]`.
+//! `[identity, "", topic, seq, payload]`, then `[identity, "", "", 0xFF×8, ""]`
+//! (vLLM 0.32's `_service_replay`, checked against the real engine).
 
 use std::collections::VecDeque;
 use std::io;
@@ -125,18 +126,18 @@ impl Publisher {
             return;
         };
         let start = u64::from_be_bytes(start);
-        let reply = |seq: Bytes, payload: Bytes| {
-            ZmqMessage::try_from(vec![identity.clone(), Bytes::new(), seq, payload])
+        let reply = |topic: Bytes, seq: Bytes, payload: Bytes| {
+            ZmqMessage::try_from(vec![identity.clone(), Bytes::new(), topic, seq, payload])
         };
         for (seq, payload) in self.buffer.iter().filter(|(seq, _)| *seq >= start) {
-            let Ok(msg) = reply(seq_frame(*seq), payload.clone()) else {
+            let Ok(msg) = reply(self.topic.clone(), seq_frame(*seq), payload.clone()) else {
                 return;
             };
             if router.send(msg).await.is_err() {
                 return; // the client went away
             }
         }
-        if let Ok(msg) = reply(Bytes::from_static(&END_SEQ), Bytes::new()) {
+        if let Ok(msg) = reply(Bytes::new(), Bytes::from_static(&END_SEQ), Bytes::new()) {
             let _ = router.send(msg).await;
         }
     }

@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""The real-engine cell of the routing benchmark: two real vLLM engines (the
+CPU build of vLLM 0.32, SmolLM2-135M, `scripts/vllm.sh`) behind kvgate,
+`prefix_aware` against `longest_prefix` and `kv_aware`, on shared documents.
+
+The engines start once (`scripts/vllm.sh start`) with a small KV cache
+(`--blocks`, 80 blocks of 32 tokens by default: each engine holds about five
+of the documents, the fleet about all eight, so where a document lives
+matters) and KV events. Before each strategy's pass both engines' prefix
+caches are emptied (vLLM's dev-mode `/reset_prefix_cache`) and a fresh
+gateway starts (`target/release/kvgate serve`); `kv_aware`'s gateway follows
+the engines' events and tokenizes with the model folder, `longest_prefix`'s
+learns each engine's capacity from `vllm:cache_config_info`. Every strategy
+gets the same shuffled list of requests — D documents of ~W words as the
+system prompt × Q short questions — sent by C closed-loop clients (each sends
+its next request when its last one has answered), streaming, through the
+official OpenAI SDK. Measured per request: TTFT (first SSE chunk, as the
+client sees it) and the engine's own usage.prompt_tokens_details.cached_tokens.
+Per pass: engine-cached ÷ prompt tokens, P50/P90 TTFT, wall time for the
+fixed work, and each engine's share of the prompt tokens (from its /metrics).
+Passes repeat `--rounds` times with fresh documents, strategies interleaved.
+
+    python3 scripts/vllm_bench.py                      # writes bench/results/vllm.md
+    python3 scripts/vllm_bench.py --docs 2 --questions 2 --rounds 1 --out /tmp/v.md   # quick
+
+Needs python3 with `openai` (tests/sdk/requirements.txt), cargo, and
+`scripts/vllm.sh` (run here when KVGATE_VLLM_* are unset; minutes the first time).
+"""
+import argparse
+import datetime
+import os
+import platform
+import random
+import secrets
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+from openai import OpenAI
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = (
+    "river signal copper lantern harvest orbit granite velvet compass meadow thunder cipher harbor "
+    "ember glacier saffron account policy customer invoice shipping warehouse refund product ticket "
+    "region quarter budget contract supplier delivery schedule priority audit review compliance"
+).split()
+
+
+def log(*a):
+    print("[vllm_bench]", *a, file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method, url, timeout=10):
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def metrics(url):
+    """{name: summed value} of a Prometheus text page."""
+    out = {}
+    for line in http("GET", url + "/metrics")[1].splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        name = key.partition("{")[0]
+        try:
+            out[name] = out.get(name, 0.0) + float(value)
+        except ValueError:
+            pass
+    return out
+
+
+def shell_env(argv):
+    out = subprocess.run(argv, check=True, capture_output=True, text=True, cwd=REPO).stdout
+    return dict(shlex.split(line)[1].split("=", 1) for line in out.splitlines() if line.startswith("export "))
+
+
+def document(nonce, k, words):
+    r = random.Random(f"{nonce}-{k}")
+    body = " ".join(r.choice(VOCAB) for _ in range(words))
+    return f"Handbook {k} ({nonce}). Answer questions about it. {body}"
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    i = (len(xs) - 1) * q
+    lo, hi = int(i), min(int(i) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (i - lo)
+
+
+def empty_caches(urls, model):
+    for u in urls:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if http("POST", u + "/reset_prefix_cache")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise SystemExit(f"{u} would not reset its prefix cache")
+            time.sleep(0.2)
+        # One step, so that the engine publishes AllBlocksCleared.
+        OpenAI(base_url=u + "/v1", api_key="unused").completions.create(model=model, prompt="Hi", max_tokens=1)
+
+
+def gateway_yaml(strategy, port, env):
+    urls = env["KVGATE_VLLM_URLS"].split(",")
+    events = env["KVGATE_VLLM_EVENTS"].split(",")
+    replay = env["KVGATE_VLLM_REPLAY"].split(",")
+    lines = []
+    for i, u in enumerate(urls):
+        kv = f', kv_events: "{events[i]}", kv_replay: "{replay[i]}"' if strategy == "kv_aware" else ""
+        lines.append(f'      - {{ id: e{i}, url: "{u}"{kv} }}\n')
+    yaml = (
+        f'server:\n  listen: "127.0.0.1:{port}"\nendpoints:\n  - name: vllm\n'
+        f'    models: ["{env["KVGATE_VLLM_SERVED_MODEL"]}"]\n    instances:\n{"".join(lines)}'
+        f"    routing:\n      strategy: {strategy}\n"
+    )
+    if strategy == "kv_aware":
+        yaml += (
+            f'      tokenizer: "{env["KVGATE_VLLM_MODEL"]}/tokenizer.json"\n'
+            f'      block_size: {env["KVGATE_VLLM_BLOCK_SIZE"]}\n'
+        )
+    return yaml
+
+
+def run_pass(strategy, args, env, workdir, order, docs, rnd):
+    urls = env["KVGATE_VLLM_URLS"].split(",")
+    model = env["KVGATE_VLLM_SERVED_MODEL"]
+    empty_caches(urls, model)
+    before = [metrics(u) for u in urls]
+    port = free_port()
+    cfg = os.path.join(workdir, f"{rnd}-{strategy}.yaml")
+    with open(cfg, "w") as f:
+        f.write(gateway_yaml(strategy, port, env))
+    gw_log = open(os.path.join(workdir, f"{rnd}-{strategy}-kvgate.log"), "w")
+    gw = subprocess.Popen(
+        [os.path.join(REPO, "target/release/kvgate"), "serve", "--config", cfg],
+        stdout=gw_log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if http("GET", base + "/ready", timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if gw.poll() is not None or time.time() > deadline:
+                raise SystemExit(f"kvgate did not start; see {gw_log.name}")
+            time.sleep(0.2)
+        if strategy == "kv_aware":
+            time.sleep(1.0)  # its subscriptions connect and replay
+        local = threading.local()
+
+        def one(item):
+            k, q = item
+            if not hasattr(local, "client"):
+                local.client = OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=600)
+            start = time.perf_counter()
+            first, usage = None, None
+            try:
+                for chunk in local.client.chat.completions.create(
+                    model=model,
+                    messages=[
+                        {"role": "system", "content": docs[k]},
+                        {"role": "user", "content": f"Question {q}: in one sentence, what does item {q} say?"},
+                    ],
+                    max_tokens=args.max_tokens,
+                    temperature=0,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                ):
+                    if first is None:
+                        first = time.perf_counter() - start
+                    if chunk.usage:
+                        usage = chunk.usage
+            except Exception as e:  # noqa: BLE001 — counted and reported, never hidden
+                return {"error": repr(e)}
+            details = usage.prompt_tokens_details if usage else None
+            return {
+                "ttft": first,
+                "prompt_tokens": usage.prompt_tokens if usage else 0,
+                "cached_tokens": (details.cached_tokens or 0) if details else 0,
+            }
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(args.clients) as pool:
+            results = list(pool.map(one, order))
+        wall = time.perf_counter() - t0
+    finally:
+        os.killpg(gw.pid, signal.SIGTERM)
+        gw.wait()
+    after = [metrics(u) for u in urls]
+    prompt_by_engine = [a.get("vllm:prompt_tokens_total", 0) - b.get("vllm:prompt_tokens_total", 0) for a, b in zip(after, before)]
+    return {"strategy": strategy, "round": rnd, "results": results, "wall": wall, "per_engine": prompt_by_engine}
+
+
+def summarise(runs):
+    res = [r for run in runs for r in run["results"]]
+    ok = [r for r in res if "error" not in r]
+    ttft = [r["ttft"] for r in ok]
+    prompt = sum(r["prompt_tokens"] for r in ok)
+    cached = sum(r["cached_tokens"] for r in ok)
+    per = [sum(x) for x in zip(*[run["per_engine"] for run in runs])]
+    return {
+        "n": len(res),
+        "errors": len(res) - len(ok),
+        "cached": cached / prompt if prompt else 0.0,
+        "p50": percentile(ttft, 0.5),
+        "p90": percentile(ttft, 0.9),
+        "wall": sum(run["wall"] for run in runs),
+        "walls": [run["wall"] for run in runs],
+        "shares": [x / (sum(per) or 1) for x in per],
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=8, help="distinct documents")
+    ap.add_argument("--questions", type=int, default=3, help="questions per document")
+    ap.add_argument("--words", type=int, default=380, help="document size in words (≈ 1.3 SmolLM2 tokens each)")
+    ap.add_argument("--clients", type=int, default=2, help="closed-loop clients")
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--blocks", type=int, default=80, help="each engine's KV cache, in blocks of 32 tokens")
+    ap.add_argument("--rounds", type=int, default=3, help="passes of every strategy, fresh documents each")
+    ap.add_argument("--strategies", default="prefix_aware,longest_prefix,kv_aware")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", default=os.path.join(REPO, "bench/results/vllm.md"))
+    args = ap.parse_args()
+
+    env = dict(os.environ)
+    if not env.get("KVGATE_VLLM_SCRIPT"):
+        env.update(shell_env(["bash", "scripts/vllm.sh"]))
+    log("building kvgate (release)")
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "kvgate"], cwd=REPO, check=True)
+    log(f"starting 2 engines with {args.blocks} blocks each (about a minute)")
+    env.update(shell_env(["bash", env["KVGATE_VLLM_SCRIPT"], "start", "2", "--blocks", str(args.blocks)]))
+    started = datetime.datetime.now(datetime.timezone.utc)
+    workdir = tempfile.mkdtemp(prefix="kvgate-vllm-bench-")
+    log("logs and configs in", workdir)
+    runs = []
+    strategies = args.strategies.split(",")
+    try:
+        for rnd in range(1, args.rounds + 1):
+            nonce = secrets.token_hex(4)
+            docs = [document(nonce, k, args.words) for k in range(args.docs)]
+            order = [(k, q) for q in range(args.questions) for k in range(args.docs)]
+            random.Random(args.seed + rnd).shuffle(order)
+            # Strategies in a rotating order, so none always runs first.
+            for strategy in strategies[rnd % len(strategies):] + strategies[: rnd % len(strategies)]:
+                runs.append(run_pass(strategy, args, env, workdir, order, docs, rnd))
+                s = summarise([runs[-1]])
+                log(f"round {rnd} {strategy}: cached {s['cached']:.1%}, p50 {s['p50']*1e3:.0f} ms, "
+                    f"p90 {s['p90']*1e3:.0f} ms, wall {s['wall']:.1f} s, errors {s['errors']}")
+    finally:
+        subprocess.run(["bash", env["KVGATE_VLLM_SCRIPT"], "stop"], cwd=REPO, check=False)
+    report(args, runs, strategies, started)
+    if any(summarise([r])["errors"] for r in runs):
+        raise SystemExit("some requests failed: see the report")
+
+
+def report(args, runs, strategies, started):
+    sums = {s: summarise([r for r in runs if r["strategy"] == s]) for s in strategies}
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    base = sums.get("prefix_aware")
+    lines = [
+        "# Real vLLM behind kvgate: the routing benchmark's real-engine cell",
+        "",
+        f"- Command: `python3 scripts/vllm_bench.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}`".rstrip() + "",
+        f"- Date: {started:%Y-%m-%d %H:%M} UTC; commit {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO, capture_output=True, text=True).stdout.strip()}",
+        f"- Machine: {os.cpu_count()} logical cores ({cpu}), the engines on one core each, gateway and clients sharing them",
+        "",
+        f"Two vLLM 0.32 engines (CPU build, SmolLM2-135M-Instruct, `scripts/vllm.sh start 2 --blocks {args.blocks}`: "
+        f"{args.blocks} KV blocks of 32 tokens each, prefix caching, KV events) behind kvgate. Workload: {args.docs} documents of "
+        f"~{args.words} words as the system prompt × {args.questions} questions, shuffled, {args.clients} closed-loop clients, "
+        f"streaming, {args.max_tokens} output tokens; {args.rounds} rounds with fresh documents, caches emptied and a fresh "
+        "gateway before every pass. *Cached* is the engines' own `cached_tokens` ÷ `prompt_tokens`; TTFT is the client's; "
+        "wall is the time for the whole fixed workload (lower is better); shares are each engine's prompt tokens.",
+        "",
+        "| strategy | requests | errors | cached | TTFT P50 | TTFT P90 | wall (sum of rounds) | wall per round | engine shares |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for s in strategies:
+        x = sums[s]
+        lines.append(
+            f"| {s} | {x['n']} | {x['errors']} | {x['cached']:.1%} | {x['p50']*1e3:.0f} ms | {x['p90']*1e3:.0f} ms | "
+            f"{x['wall']:.1f} s | {', '.join(f'{w:.1f}' for w in x['walls'])} | {' / '.join(f'{v:.0%}' for v in x['shares'])} |"
+        )
+    if base:
+        lines += ["", "Against `prefix_aware` (the dominance targets: cached within 1 point, P90 ≤ 1.05×, wall ≤ 1.03×):", ""]
+        for s in strategies:
+            if s == "prefix_aware":
+                continue
+            x = sums[s]
+            d = (x["cached"] - base["cached"]) * 100
+            p90 = x["p90"] / base["p90"]
+            wall = x["wall"] / base["wall"]
+            ok = d >= -1 and p90 <= 1.05 and wall <= 1.03
+            lines.append(
+                f"- `{s}`: cached {d:+.1f} points, P90 TTFT {p90:.2f}×, wall {wall:.2f}× — "
+                + ("meets all three" if ok else "misses: " + ", ".join(
+                    n for n, bad in (("cached", d < -1), ("P90", p90 > 1.05), ("wall", wall > 1.03)) if bad))
+            )
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    log("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()
