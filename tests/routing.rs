@@ -24,6 +24,8 @@ mod kv_libzmq;
 mod kv_sim;
 #[path = "routing/kv_tiers.rs"]
 mod kv_tiers;
+#[path = "routing/regimes.rs"]
+mod regimes;
 #[path = "routing/warmup.rs"]
 mod warmup;
 

@@ -73,6 +73,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         );
     }
     let request = f.input.routing_request();
+    let prompt_tokens = request.prompt_tokens;
     let plan = plan(ep, &f.input.placement, &request, &loads)?;
     let routing_took = started.elapsed();
 
@@ -248,6 +249,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         let calibration = (indexed && !from_events).then(|| Calibration {
             inserted,
             block_tokens: crate::routing::cost::block_tokens(ep.config.routing.block_chars) as u64,
+            prompt_tokens,
         });
         let timing = (started, f.input.route);
         let issuer = f.input.ids.clone().map(|scope| Issuer {
@@ -334,6 +336,19 @@ struct Calibration {
     inserted: crate::routing::index::Inserted,
     /// Tokens an index block stands for.
     block_tokens: u64,
+    /// The gateway's estimate of the prompt's tokens.
+    prompt_tokens: u64,
+}
+
+impl Calibration {
+    /// An answer speaks for the index only if it says what was cached, of a
+    /// prompt about the size the gateway estimated (characters ÷ 4 is rough,
+    /// but not off by 2×): anything else is not about these blocks.
+    fn believable(&self, u: &super::usage::Usage) -> bool {
+        u.cached_reported
+            && u.prompt_tokens.saturating_mul(2) >= self.prompt_tokens
+            && u.prompt_tokens <= self.prompt_tokens.saturating_mul(2)
+    }
 }
 
 /// Turn the upstream response into the client's, streaming the body through.
@@ -376,7 +391,7 @@ fn client_response(
                 instance
                     .series
                     .usage(u.prompt_tokens, u.cached_tokens, u.completion_tokens);
-                if let Some(c) = calibration.filter(|_| u.cached_reported) {
+                if let Some(c) = calibration.filter(|c| c.believable(&u)) {
                     let held = u.cached_tokens / c.block_tokens.max(1);
                     instance
                         .index

@@ -14,10 +14,10 @@ use super::gateway::{self, ask, chat, document, usage};
 /// The last `data:` line of a stream that carries a usage object.
 fn usage_of_stream(text: &str) -> Value {
     text.lines()
+        .rev()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter(|v| v["usage"].is_object())
-        .last()
+        .find(|v| v["usage"].is_object())
         .unwrap_or(Value::Null)
 }
 
