@@ -49,6 +49,10 @@ pub struct SimConfig {
     /// template), blocks are `block_size` ids each, hashed over the ids. `None`
     /// keeps the 4-bytes-a-token model (see `tokens.rs`).
     pub tokenizer: Option<Arc<PromptTokenizer>>,
+    /// Export `vllm:cache_config_info` on `/metrics`, as vLLM does, so a gateway
+    /// can learn the KV capacity. `false` plays an engine with no cache gauge
+    /// (SGLang, llama.cpp, TGI).
+    pub export_cache_config_info: bool,
 }
 
 impl SimConfig {
@@ -74,6 +78,7 @@ impl SimConfig {
     ///   prefill budget, as vLLM V1's scheduler does.
     /// - `default_max_tokens = 16`: OpenAI's legacy completions default; vLLM's
     ///   own default (the rest of the context) would make idle demos run for minutes.
+    /// - `export_cache_config_info = true`: vLLM exports it.
     pub fn llama70b_h100_tp4() -> Self {
         Self {
             name: "sim".to_owned(),
@@ -89,6 +94,7 @@ impl SimConfig {
             time_scale: 1.0,
             kv_events: None,
             tokenizer: None,
+            export_cache_config_info: true,
         }
     }
 

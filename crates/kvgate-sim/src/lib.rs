@@ -94,6 +94,6 @@ pub use config::SimConfig;
 pub use kv_events::{EventEncoding, HashForm, KvEventsConfig};
 pub use serve::{SimHandle, spawn, spawn_fleet};
 pub use server::SimServer;
-pub use stats::SimStats;
+pub use stats::{Latencies, SimStats};
 pub use text::block_text;
 pub use tokens::{BYTES_PER_TOKEN, block_hashes, count_tokens};

@@ -3,7 +3,8 @@
 //! Every series carries `model_name` (as vLLM) and `server` (the instance name),
 //! except `vllm:cache_config_info`, whose labels are vLLM's (the `CacheConfig`
 //! fields as strings, and `engine`) plus `server`: a gateway learns each
-//! instance's KV capacity (`num_gpu_blocks` × `block_size` tokens) from it.
+//! instance's KV capacity (`num_gpu_blocks` × `block_size` tokens) from it,
+//! unless `SimConfig::export_cache_config_info` is off (an engine with no gauge).
 //! TTFT is observed in simulated seconds, i.e. real seconds ÷ `time_scale`.
 
 use std::fmt::Write;
@@ -83,7 +84,9 @@ pub(crate) fn render(server: &SimServer) -> String {
         &s.aborted,
     );
 
-    cache_config_info(&mut out, server);
+    if server.cfg.export_cache_config_info {
+        cache_config_info(&mut out, server);
+    }
 
     let name = "vllm:time_to_first_token_seconds";
     let _ = writeln!(
@@ -145,8 +148,8 @@ mod tests {
         server.counters.queries_tokens.store(100, Relaxed);
         server.counters.cached_tokens.store(80, Relaxed);
         server.counters.running.store(3, Relaxed);
-        server.counters.observe_ttft(Duration::from_millis(30));
-        server.counters.observe_ttft(Duration::from_secs(1));
+        server.counters.observe_ttft(0, Duration::from_millis(30));
+        server.counters.observe_ttft(1, Duration::from_secs(1));
         let text = render(&server);
         let labels = r#"model_name="meta-llama/Llama-3.1-70B-Instruct",server="a\"b""#;
         for line in [
@@ -172,5 +175,16 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
         }
+    }
+
+    #[test]
+    fn an_engine_without_a_cache_gauge_exports_none() {
+        let server = SimServer::new(SimConfig {
+            export_cache_config_info: false,
+            ..SimConfig::default()
+        });
+        let text = render(&server);
+        assert!(!text.contains("cache_config_info"), "{text}");
+        assert!(text.contains("vllm:kv_cache_usage_perc"), "{text}");
     }
 }

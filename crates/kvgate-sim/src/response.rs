@@ -10,6 +10,8 @@ use crate::text::output_text;
 pub(crate) struct Meta {
     pub api: Api,
     pub id: String,
+    /// The number at the end of `id`.
+    pub serial: u64,
     pub created: u64,
     pub model: String,
 }

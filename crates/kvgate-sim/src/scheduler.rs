@@ -53,6 +53,9 @@ pub(crate) struct SeqSpec {
     pub max_tokens: usize,
     /// What its KV events need; `None` when the instance publishes none.
     pub kv: Option<SeqKv>,
+    /// The number in its response's id (`chatcmpl-{name}-{serial}`), under
+    /// which [`crate::Latencies`] records it.
+    pub serial: u64,
 }
 
 /// What happens to a sequence, in order: `Admitted`, then `Tokens` until `done`;
@@ -273,7 +276,7 @@ impl<S: SeqSink> Scheduler<S> {
                 seq.marked = seq.marked.max(full);
                 if seq.computed == prompt {
                     seq.generated = 1;
-                    counters.observe_ttft(now.saturating_sub(seq.arrived));
+                    counters.observe_ttft(seq.spec.serial, now.saturating_sub(seq.arrived));
                 }
             } else {
                 seq.generated += 1;
@@ -290,6 +293,7 @@ impl<S: SeqSink> Scheduler<S> {
             });
             if done {
                 cache.release(&seq.spec.hashes, seq.private);
+                counters.observe_done(seq.spec.serial, now.saturating_sub(seq.arrived));
             }
             !done
         });

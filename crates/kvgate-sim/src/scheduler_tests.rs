@@ -72,6 +72,7 @@ impl Bench {
             closed: closed.clone(),
         };
         let spec = SeqSpec {
+            serial: 0,
             hashes,
             prompt_tokens: tokens,
             max_tokens,

@@ -15,7 +15,7 @@ use crate::kv_events::{KvControls, KvSink, SeqKv};
 use crate::request::{Api, Job};
 use crate::response::Meta;
 use crate::scheduler::{Scheduler, SeqSpec, blocks_needed};
-use crate::stats::{Counters, SimStats, add};
+use crate::stats::{Counters, Latencies, SimStats, add};
 use crate::tokens::{block_hashes, chunk_ids, count_tokens, token_block_hashes};
 
 /// One simulated vLLM instance: KV cache, scheduler and counters behind an HTTP API.
@@ -103,6 +103,11 @@ impl SimServer {
         self.counters.snapshot()
     }
 
+    /// Every request's TTFT and end-to-end time so far (simulated seconds).
+    pub fn latencies(&self) -> Latencies {
+        self.counters.latencies()
+    }
+
     /// Tokenize, hash and queue a parsed request. Must run inside a tokio runtime.
     pub(crate) fn submit(&self, job: &Job) -> Result<Accepted, ApiError> {
         let prompt_tokens = job
@@ -136,11 +141,13 @@ impl SimServer {
                 cache_salt: salt.map(Into::into),
             }
         });
+        let meta = self.meta(job);
         let spec = SeqSpec {
             hashes,
             prompt_tokens,
             max_tokens,
             kv,
+            serial: meta.serial,
         };
         let (sink, rx) = EngineSink::new(job.stream);
         self.start_engine();
@@ -155,7 +162,7 @@ impl SimServer {
         self.counters.requests.fetch_add(1, Relaxed);
         add(&self.counters.prompt_tokens, prompt_tokens);
         Ok(Accepted {
-            meta: self.meta(job),
+            meta,
             rx,
             prompt_tokens,
         })
@@ -178,6 +185,7 @@ impl SimServer {
             Api::Completion => "cmpl",
         };
         Meta {
+            serial: n,
             api: job.api,
             id: format!("{prefix}-{}-{n}", self.cfg.name),
             created: SystemTime::now()
