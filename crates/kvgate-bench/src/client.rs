@@ -1,5 +1,6 @@
-//! One streamed request through the gateway: time to the first SSE chunk, the
-//! answer's text (for multi-turn history) and its `usage`.
+//! One request through the gateway, streamed (time to the first SSE chunk) or
+//! not (time to the whole answer, which is then all the client can call its
+//! TTFT): the answer's text (for multi-turn history) and its `usage`.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,8 @@ use serde_json::Value;
 /// What the client saw of one request.
 #[derive(Clone, Debug, Default)]
 pub struct Outcome {
-    /// Real time from sending to the first `data:` chunk.
+    /// Real time from sending to the first `data:` chunk; not streamed, to
+    /// the whole answer.
     pub ttft: Option<Duration>,
     /// Real time from sending to the end of the body.
     pub total: Duration,
@@ -19,13 +21,21 @@ pub struct Outcome {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub cached_tokens: u64,
+    /// The response's `id` (the instance's name and its serial there).
+    pub id: String,
     /// `None` when the request succeeded: an HTTP status ≥ 400, a transport error
     /// or a stream that ended without `[DONE]`.
     pub error: Option<String>,
 }
 
-/// POST `body` to `url` and read the SSE answer to its end.
-pub async fn send(client: &reqwest::Client, url: &str, body: Bytes, keep_text: bool) -> Outcome {
+/// POST `body` to `url` and read the answer (SSE when `stream`) to its end.
+pub async fn send(
+    client: &reqwest::Client,
+    url: &str,
+    body: Bytes,
+    keep_text: bool,
+    stream: bool,
+) -> Outcome {
     let start = Instant::now();
     let mut out = Outcome::default();
     let resp = client
@@ -50,6 +60,15 @@ pub async fn send(client: &reqwest::Client, url: &str, body: Bytes, keep_text: b
             text.chars().take(200).collect::<String>()
         ));
         out.total = start.elapsed();
+        return out;
+    }
+    if !stream {
+        match resp.bytes().await {
+            Ok(body) => read_chunk(&body, keep_text, &mut out),
+            Err(e) => out.error = Some(format!("body: {e}")),
+        }
+        out.total = start.elapsed();
+        out.ttft = out.error.is_none().then_some(out.total);
         return out;
     }
     let mut stream = resp.bytes_stream();
@@ -94,8 +113,8 @@ fn find_event_end(buf: &[u8]) -> Option<usize> {
     buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2)
 }
 
-/// Take the text and usage out of one chunk. Parsing is skipped for chunks that
-/// carry neither wanted text nor usage.
+/// Take the text and usage out of one chunk, or a whole answer. Parsing is
+/// skipped for chunks that carry neither wanted text nor usage.
 fn read_chunk(data: &[u8], keep_text: bool, out: &mut Outcome) {
     let has_usage = memfind(data, b"\"usage\"");
     if !keep_text && !has_usage {
@@ -104,9 +123,17 @@ fn read_chunk(data: &[u8], keep_text: bool, out: &mut Outcome) {
     let Ok(v) = serde_json::from_slice::<Value>(data) else {
         return;
     };
+    if let Some(id) = v
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|_| out.id.is_empty())
+    {
+        id.clone_into(&mut out.id);
+    }
     if let Some(choice) = v.pointer("/choices/0").filter(|_| keep_text) {
         let piece = choice
             .pointer("/delta/content")
+            .or_else(|| choice.pointer("/message/content"))
             .or_else(|| choice.get("text"))
             .and_then(Value::as_str);
         if let Some(piece) = piece {
@@ -152,6 +179,15 @@ mod tests {
             &mut out,
         );
         assert_eq!(out.text, " the kv");
+        let mut whole = Outcome::default();
+        read_chunk(
+            br#"{"choices":[{"message":{"content":"all"}}],"usage":{"prompt_tokens":9}}"#,
+            true,
+            &mut whole,
+        );
+        assert_eq!((whole.text.as_str(), whole.prompt_tokens), ("all", 9));
+        read_chunk(br#"{"id":"cmpl-sim-1-7","usage":{}}"#, false, &mut whole);
+        assert_eq!(whole.id, "cmpl-sim-1-7");
         assert_eq!((out.completion_tokens, out.cached_tokens), (2, 32));
         assert_eq!(find_event_end(b"data: x\n\ndata: y"), Some(9));
         assert_eq!(find_event_end(b"data: x\n"), None);

@@ -1,8 +1,12 @@
 //! Plays a workload's sessions against a gateway on the simulated clock: each
 //! session starts at its time (scaled to real time), sends its turns one after
-//! another, and for chat keeps the history with the answers as streamed.
-//! With several gateway replicas every request goes to the next one in turn,
-//! as a round-robin balancer in front of them would send it.
+//! another, and for chat keeps the history with the answers as received
+//! (streamed or whole). A sub-agent ([`Fork`]) plays on a copy of its parent's
+//! history after the parent's turn it branches from; the parent goes on after
+//! it. With several gateway replicas every request goes to the next one in
+//! turn, as a round-robin balancer in front of them would send it. This is the
+//! open loop; [`crate::closed`] drives the same sessions with a fixed number of
+//! clients, through [`play`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,7 +19,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::client::{self, Outcome};
-use crate::workload::{Content, Session, Turn};
+use crate::regime::Arrivals;
+use crate::workload::{Content, Fork, Session, Turn};
 
 /// Mooncake's block size in tokens.
 const TRACE_BLOCK_TOKENS: usize = 512;
@@ -27,6 +32,11 @@ pub struct Record {
     pub sent: Duration,
     /// Its turn in its session, from 0.
     pub turn: usize,
+    /// The closed-loop client that sent it (0 in the open loop).
+    pub client: usize,
+    /// Its TTFT and end-to-end time on the instance's clock (simulated
+    /// seconds), when the instance's log has it ([`crate::run`] fills it).
+    pub engine: Option<(f64, f64)>,
     pub outcome: Outcome,
     /// The body sent, when the run records them (for the ceiling pass).
     pub body: Option<Bytes>,
@@ -45,6 +55,8 @@ pub struct Target {
     /// Real seconds per simulated second.
     pub time_scale: f64,
     pub record_bodies: bool,
+    /// `stream: true` (and usage in the last chunk) or a whole JSON answer.
+    pub stream: bool,
 }
 
 impl Target {
@@ -57,7 +69,16 @@ impl Target {
     }
 }
 
-/// Run every session; returns the records in no particular order.
+/// Run every session as `arrivals` says; the records in no particular order.
+pub async fn run(target: &Target, sessions: &[Session], arrivals: Arrivals) -> Vec<Record> {
+    match arrivals {
+        Arrivals::Open => drive(target, sessions).await,
+        Arrivals::Closed(clients) => crate::closed::drive(target, sessions, clients).await,
+    }
+}
+
+/// Run every session at its own start time (open loop); returns the records
+/// in no particular order.
 pub async fn drive(target: &Target, sessions: &[Session]) -> Vec<Record> {
     let t0 = Instant::now();
     let mut tasks = JoinSet::new();
@@ -67,7 +88,7 @@ pub async fn drive(target: &Target, sessions: &[Session]) -> Vec<Record> {
         let at = t0 + scale(session.start, target.time_scale);
         tasks.spawn(async move {
             tokio::time::sleep_until(at).await;
-            play(&target, &session, t0).await
+            play(&target, &session, t0, true).await
         });
     }
     let mut records = Vec::new();
@@ -79,36 +100,74 @@ pub async fn drive(target: &Target, sessions: &[Session]) -> Vec<Record> {
     records
 }
 
-async fn play(target: &Target, session: &Session, t0: Instant) -> Vec<Record> {
+/// Play one session and its sub-agents, one request at a time; `think`:
+/// wait each turn's think time first (open loop) or not (closed loop).
+pub async fn play(target: &Target, session: &Session, t0: Instant, think: bool) -> Vec<Record> {
     let mut history: Vec<Value> = Vec::new();
     if let Some(system) = &session.system {
         history.push(json!({"role": "system", "content": &**system}));
     }
     let mut records = Vec::with_capacity(session.turns.len());
     for (index, turn) in session.turns.iter().enumerate() {
-        if !turn.think.is_zero() {
-            tokio::time::sleep(scale(turn.think, target.time_scale)).await;
-        }
-        let (path, body, chat) = request(target, &mut history, turn);
-        let body = Bytes::from(body);
-        let url = format!("{}{path}", target.base());
-        let sent = t0.elapsed();
-        let outcome = client::send(&target.client, &url, body.clone(), chat).await;
-        let failed = outcome.error.is_some();
-        if chat {
-            history.push(json!({"role": "assistant", "content": &outcome.text}));
-        }
-        records.push(Record {
-            sent,
-            turn: index,
-            outcome,
-            body: target.record_bodies.then_some(body),
-        });
-        if failed {
+        if !one(target, &mut history, turn, index, t0, think, &mut records).await {
             break; // a conversation cannot go on without its answer
+        }
+        for fork in session.forks.iter().filter(|f| f.after == index) {
+            sub_agent(target, &history, fork, t0, think, &mut records).await;
         }
     }
     records
+}
+
+/// A sub-agent's turns on a copy of its parent's history.
+async fn sub_agent(
+    target: &Target,
+    parent: &[Value],
+    fork: &Fork,
+    t0: Instant,
+    think: bool,
+    records: &mut Vec<Record>,
+) {
+    let mut history = parent.to_vec();
+    for (i, turn) in fork.turns.iter().enumerate() {
+        let index = fork.after + 1 + i;
+        if !one(target, &mut history, turn, index, t0, think, records).await {
+            break;
+        }
+    }
+}
+
+/// Send one turn and record it; whether it succeeded.
+async fn one(
+    target: &Target,
+    history: &mut Vec<Value>,
+    turn: &Turn,
+    index: usize,
+    t0: Instant,
+    think: bool,
+    records: &mut Vec<Record>,
+) -> bool {
+    if think && !turn.think.is_zero() {
+        tokio::time::sleep(scale(turn.think, target.time_scale)).await;
+    }
+    let (path, body, chat) = request(target, history, turn);
+    let body = Bytes::from(body);
+    let url = format!("{}{path}", target.base());
+    let sent = t0.elapsed();
+    let outcome = client::send(&target.client, &url, body.clone(), chat, target.stream).await;
+    let ok = outcome.error.is_none();
+    if chat {
+        history.push(json!({"role": "assistant", "content": &outcome.text}));
+    }
+    records.push(Record {
+        sent,
+        turn: index,
+        client: 0,
+        engine: None,
+        outcome,
+        body: target.record_bodies.then_some(body),
+    });
+    ok
 }
 
 /// The path, body and whether it is chat (whose answer joins the history).
@@ -124,9 +183,8 @@ fn request(
                 "model": target.model,
                 "messages": history,
                 "max_tokens": turn.max_tokens,
-                "stream": true,
-                "stream_options": {"include_usage": true},
             });
+            let body = streaming(body, target.stream);
             ("/v1/chat/completions", body.to_string().into_bytes(), true)
         }
         Content::Trace { hash_ids, tokens } => {
@@ -134,12 +192,22 @@ fn request(
                 "model": target.model,
                 "prompt": trace_prompt(hash_ids, *tokens),
                 "max_tokens": turn.max_tokens,
-                "stream": true,
-                "stream_options": {"include_usage": true},
             });
+            let body = streaming(body, target.stream);
             ("/v1/completions", body.to_string().into_bytes(), false)
         }
     }
+}
+
+/// `stream: true` with usage in the last chunk, or `stream: false`.
+fn streaming(mut body: Value, stream: bool) -> Value {
+    if let Some(obj) = body.as_object_mut() {
+        obj.insert("stream".to_owned(), Value::Bool(stream));
+        if stream {
+            obj.insert("stream_options".to_owned(), json!({"include_usage": true}));
+        }
+    }
+    body
 }
 
 /// `block_text(id, 512)` for each id, cut to `tokens` simulated tokens.

@@ -1,18 +1,22 @@
 //! A fresh fleet for one run: simulated instances with cold caches and one or
 //! more replicas of the real gateway in front of them (same config, each its
 //! own `kvgate::serve`), each on its own 127.0.0.1 port, in this process.
+//! Under [`Capacity::Unknown`] the instances export no `vllm:cache_config_info`;
+//! under [`Capacity::Learned`] a cache-aware run starts once every gateway has
+//! learned every instance's capacity from it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use kvgate::AppState;
-use kvgate_sim::{KvEventsConfig, SimConfig, SimHandle, SimStats, spawn};
+use kvgate_sim::{KvEventsConfig, Latencies, SimConfig, SimHandle, SimStats, spawn};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::arm::Arm;
 use crate::gateway_config::{self, InstanceSpec};
+use crate::regime::Capacity;
 use crate::workload::Setup;
 
 /// One gateway replica.
@@ -58,6 +62,7 @@ impl Fleet {
                 name: format!("sim-{i}"),
                 tokenizer: tokenizer.clone(),
                 kv_events: kv_events.clone(),
+                export_cache_config_info: setup.regime.capacity != Capacity::Unknown,
                 ..base.clone()
             };
             sims.push(spawn(cfg, SocketAddr::from(([127, 0, 0, 1], 0))).await?);
@@ -89,7 +94,39 @@ impl Fleet {
                 .collect();
             crate::kv_wait::until_heard(&states, endpoint, &fleet.sims).await?;
         }
+        if arm.cache_aware_defaults() && setup.regime.capacity == Capacity::Learned {
+            fleet.until_learned().await;
+        }
         Ok(fleet)
+    }
+
+    /// Until every gateway has learned every instance's KV capacity from its
+    /// `/metrics` (at most 5 s; a gateway that learns nothing is reported and
+    /// the run goes on, on its default).
+    async fn until_learned(&self) {
+        let learned = |g: &Gateway| {
+            let rt = g.state.runtime.load_full();
+            rt.endpoint(&self.endpoint).is_some_and(|e| {
+                e.instances
+                    .iter()
+                    .all(|i| i.learned_cache_tokens().is_some())
+            })
+        };
+        for _ in 0..500 {
+            if self.replicas.iter().all(learned) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        eprintln!(
+            "warning: {}: the gateway learned no KV capacity in 5 s",
+            self.endpoint
+        );
+    }
+
+    /// Each instance's per-request latencies so far, in instance order.
+    pub fn latencies(&self) -> Vec<Latencies> {
+        self.sims.iter().map(|s| s.server.latencies()).collect()
     }
 
     /// Each instance's counters, in instance order.

@@ -1,8 +1,9 @@
 //! The gateway's YAML for one run: one endpoint in front of the fleet, routed
 //! as the arm says (with `kv_aware`'s tokenizer and event sockets when it is
-//! that arm).
+//! that arm, and `cache_tokens` only when the regime configures it).
 
 use crate::arm::Arm;
+use crate::regime::Capacity;
 use crate::workload::Setup;
 
 /// One instance as the gateway is told of it.
@@ -42,7 +43,14 @@ pub fn yaml(setup: &Setup, arm: Arm, endpoint: &str, instances: &[InstanceSpec])
             setup.sim.clone()
         };
         let tokens = sim.cache_blocks.saturating_mul(sim.block_size);
-        (String::new(), format!("      cache_tokens: {tokens}\n"))
+        // Learned or unknown: no `cache_tokens`, so the gateway learns it or
+        // assumes its default.
+        let cache = if setup.regime.capacity == Capacity::Configured {
+            format!("      cache_tokens: {tokens}\n")
+        } else {
+            String::new()
+        };
+        (String::new(), cache)
     } else {
         (
             format!("      concurrency_threshold: {}\n", r.concurrency_threshold),

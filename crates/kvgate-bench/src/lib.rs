@@ -18,22 +18,32 @@
 //!   (the delta of the process-wide `kvgate_routing_decision_seconds` histogram).
 //!
 //! [`report`] writes the Markdown table and [`chart`] the SVG.
+//!
+//! [`matrix`] runs the same comparison over a matrix of load regimes
+//! ([`regime`]: open or closed loop ([`closed`]), streaming or not, KV capacity
+//! learned or unknown) and writes `matrix.md` with a verdict a cell.
 
 pub mod arm;
 pub mod ceiling;
 pub mod chart;
 pub mod client;
+pub mod closed;
 pub mod driver;
 pub mod fleet;
 pub mod gateway_config;
+pub mod host;
 pub mod kv_wait;
+pub mod matrix;
 pub mod prom;
+pub mod readback;
+pub mod regime;
 pub mod report;
 pub mod run;
 pub mod tokenizer;
 pub mod workload;
 
 pub use arm::Arm;
+pub use regime::{Arrivals, Capacity, Regime};
 pub use run::RunResult;
 pub use workload::{Kind, Setup};
 
@@ -63,6 +73,8 @@ pub struct WorkloadResult {
     pub cache_scale: f64,
     /// The instances' `max_partial_prefills` (`None`: no limit).
     pub max_partial_prefills: Option<usize>,
+    pub instances: usize,
+    pub regime: Regime,
     pub runs: Vec<RunResult>,
 }
 
@@ -111,12 +123,24 @@ pub async fn bench(
     setup: &Setup,
     arms: &[Arm],
     tag: &str,
+    progress: impl FnMut(&str),
+) -> anyhow::Result<WorkloadResult> {
+    bench_with(setup, arms, tag, true, progress).await
+}
+
+/// [`bench`], with the ceilings and the gateway's metrics measured or not
+/// (`ceiling` then 0, no decisions, no routing time).
+pub async fn bench_with(
+    setup: &Setup,
+    arms: &[Arm],
+    tag: &str,
+    ceilings: bool,
     mut progress: impl FnMut(&str),
 ) -> anyhow::Result<WorkloadResult> {
     let mut runs = Vec::with_capacity(arms.len());
     let mut bodies = Vec::new();
     for (i, &arm) in arms.iter().enumerate() {
-        let mut r = run::run(setup, arm, tag, i == 0).await?;
+        let mut r = run::run(setup, arm, tag, ceilings && i == 0, ceilings).await?;
         progress(&format!(
             "{:<22} {:<27} hit {:>5.1}%  p50 {:>6.0} ms  p90 {:>6.0} ms  (engine {:>6.0} / {:>6.0} ms)  moved {}  failed {}  wall {:.1} s",
             setup.id,
@@ -135,8 +159,12 @@ pub async fn bench(
         }
         runs.push(r);
     }
-    let ceiling = ceiling::ceiling(&bodies, None).await?;
-    let token_ceiling = if arms.iter().any(|a| a.uses_events()) {
+    let ceiling = if ceilings {
+        ceiling::ceiling(&bodies, None).await?
+    } else {
+        0.0
+    };
+    let token_ceiling = if ceilings && arms.iter().any(|a| a.uses_events()) {
         Some(ceiling::ceiling(&bodies, Some(tokenizer::shared()?)).await?)
     } else {
         None
@@ -156,6 +184,8 @@ pub async fn bench(
         block_size: setup.sim.block_size,
         cache_scale: setup.cache_scale,
         max_partial_prefills: setup.sim.max_partial_prefills,
+        instances: setup.instances,
+        regime: setup.regime,
         runs,
     })
 }

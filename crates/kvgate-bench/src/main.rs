@@ -1,13 +1,16 @@
 //! `kvgate-loadbench`: run the routing benchmark and write `routing.md` and
-//! `routing.svg` into `--out`, or with `--replicas` other than 1, `replicas.md`.
+//! `routing.svg` into `--out`, or with `--replicas` other than 1, `replicas.md`;
+//! with `--matrix`, the regime matrix's `matrix.md` (`matrix-slice.md` when
+//! narrowed by `--workload`, `--arrivals`, `--stream`, `--capacity` or
+//! `--strategies`).
 
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
-use kvgate_bench::report::{self, Context};
-use kvgate_bench::{Arm, Kind, bench, chart};
+use kvgate_bench::matrix::{self, Options};
+use kvgate_bench::report;
+use kvgate_bench::{Arm, Arrivals, Capacity, Kind, Regime, bench, chart, host};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum WorkloadArg {
@@ -19,12 +22,14 @@ enum WorkloadArg {
     MooncakeSynthetic,
     SystemPrompts,
     HotDocument,
+    CodingAgent,
 }
 
 impl WorkloadArg {
     fn kinds(self) -> Vec<Kind> {
         match self {
             WorkloadArg::All => Kind::ALL.to_vec(),
+            WorkloadArg::CodingAgent => vec![Kind::CodingAgent],
             WorkloadArg::LongContext => vec![Kind::LongContext],
             WorkloadArg::MultiTurn => vec![Kind::MultiTurn],
             WorkloadArg::Mooncake => vec![Kind::MooncakeConversation, Kind::MooncakeSynthetic],
@@ -40,12 +45,32 @@ impl WorkloadArg {
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// Which workloads to run (repeatable).
+    /// Which workloads to run (repeatable). `all` is `routing.md`'s six;
+    /// with `--matrix`, those and `coding-agent`.
     #[arg(long, value_enum, default_values_t = [WorkloadArg::All])]
     workload: Vec<WorkloadArg>,
     /// A tiny run (seconds), for CI and smoke tests.
     #[arg(long)]
     quick: bool,
+    /// Run the regime matrix (every workload × arrivals × stream × capacity,
+    /// `prefix_aware`, `longest_prefix` and `kv_aware`) into `matrix.md`.
+    #[arg(long)]
+    matrix: bool,
+    /// Arrivals: `open` (Poisson, the default) or `closed:N` (N clients, each
+    /// sending when its last request answers). With `--matrix`, a list
+    /// narrows the matrix (default `open,closed:1,closed:4,closed:8,closed:32`).
+    #[arg(long, value_delimiter = ',')]
+    arrivals: Vec<String>,
+    /// `true` (the default) or `false`: send `stream: false`, so TTFT is the
+    /// time to the whole answer. With `--matrix`, a list narrows it.
+    #[arg(long, value_delimiter = ',')]
+    stream: Vec<bool>,
+    /// KV capacity for `longest_prefix` / `kv_aware`: `configured`
+    /// (`cache_tokens` set, the default), `learned` (from the instances'
+    /// `vllm:cache_config_info`) or `unknown` (no gauge, no `cache_tokens`).
+    /// With `--matrix`, a list narrows it (default `learned,unknown`).
+    #[arg(long, value_delimiter = ',')]
+    capacity: Vec<String>,
     /// Directory for routing.md and routing.svg.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -91,6 +116,29 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let arrivals = args
+        .arrivals
+        .iter()
+        .map(|a| Arrivals::parse(a).with_context(|| format!("--arrivals {a:?}: open or closed:N")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let capacities = args
+        .capacity
+        .iter()
+        .map(|c| {
+            Capacity::parse(c)
+                .with_context(|| format!("--capacity {c:?}: configured, learned or unknown"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if args.matrix {
+        return run_matrix(&args, arrivals, capacities).await;
+    }
+    if arrivals.len() > 1 || args.stream.len() > 1 || capacities.len() > 1 {
+        anyhow::bail!("one --arrivals, --stream and --capacity each without --matrix");
+    }
+    let mut regime = Regime::default();
+    regime.arrivals = arrivals.first().copied().unwrap_or(regime.arrivals);
+    regime.stream = args.stream.first().copied().unwrap_or(regime.stream);
+    regime.capacity = capacities.first().copied().unwrap_or(regime.capacity);
     let mut kinds: Vec<Kind> = args.workload.iter().flat_map(|w| w.kinds()).collect();
     kinds.dedup();
     let arms = if args.strategies.is_empty() {
@@ -130,6 +178,7 @@ async fn main() -> anyhow::Result<()> {
             anyhow::bail!("--kv-token-ratio must be a positive number");
         }
         setup.kv_token_ratio = args.kv_token_ratio;
+        setup.regime = regime;
         for &n in &args.replicas {
             setup.gateways = n;
             eprintln!(
@@ -143,11 +192,7 @@ async fn main() -> anyhow::Result<()> {
             results.push(result);
         }
     }
-    let ctx = Context {
-        command: command_line(),
-        date: utc_now(),
-        machine: machine(),
-    };
+    let ctx = host::context();
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     if replica_run {
@@ -165,59 +210,44 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn command_line() -> String {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut cmd = "cargo run --release -p kvgate-bench --bin kvgate-loadbench --".to_owned();
-    for a in args {
-        cmd.push(' ');
-        cmd.push_str(&a);
+/// `--matrix`: the whole matrix, or the slice the other flags narrow it to.
+async fn run_matrix(
+    args: &Args,
+    arrivals: Vec<Arrivals>,
+    capacities: Vec<Capacity>,
+) -> anyhow::Result<()> {
+    let mut opts = Options::full(args.traces.clone(), args.out.join("matrix.md"));
+    opts.quick = args.quick;
+    opts.seed = args.seed;
+    let mut sliced = false;
+    if !args.workload.contains(&WorkloadArg::All) {
+        opts.kinds = args.workload.iter().flat_map(|w| w.kinds()).collect();
+        opts.kinds.dedup();
+        sliced = true;
     }
-    cmd
-}
-
-/// `YYYY-MM-DD HH:MM UTC` from the system clock (civil-from-days, no date crate).
-fn utc_now() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        rem / 3_600,
-        rem % 3_600 / 60
-    )
-}
-
-fn machine() -> String {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_owned());
-    format!(
-        "{cores} logical cores ({cpu}), {} {}, shared with other work; gateway, \
-         simulators and load generator in one process; {} build",
-        std::env::consts::OS,
-        std::env::consts::ARCH,
-        if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        }
-    )
+    if !arrivals.is_empty() {
+        opts.arrivals = arrivals;
+        sliced = true;
+    }
+    if !args.stream.is_empty() {
+        opts.streams.clone_from(&args.stream);
+        sliced = true;
+    }
+    if !capacities.is_empty() {
+        opts.capacities = capacities;
+        sliced = true;
+    }
+    if !args.strategies.is_empty() {
+        opts.arms = args
+            .strategies
+            .iter()
+            .map(|s| Arm::parse(s).with_context(|| format!("unknown strategy {s:?}")))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        sliced = true;
+    }
+    if sliced {
+        opts.out = args.out.join("matrix-slice.md");
+    }
+    matrix::run(&opts, &host::context()).await?;
+    Ok(())
 }

@@ -4,18 +4,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use kvgate_sim::SimStats;
 
 use crate::arm::Arm;
 use crate::driver::{self, Record, Target};
 use crate::fleet::Fleet;
-use crate::prom::{self, Histogram};
+use crate::prom::Histogram;
+use crate::readback::{
+    attach_engine_times, decisions, engine_throughput, engine_ttft, metrics, since,
+};
+use crate::regime::Arrivals;
 use crate::workload::Setup;
 
 const ROUTING_SECONDS: &str = "kvgate_routing_decision_seconds";
-const DECISIONS: &str = "kvgate_routing_decisions_total";
-const ENGINE_TTFT: &str = "vllm:time_to_first_token_seconds";
 
 /// What one run measured. Times are simulated unless named `wall`.
 #[derive(Clone, Debug)]
@@ -41,9 +42,18 @@ pub struct RunResult {
     /// fleet, bucket-interpolated): what the client would see with no overheads.
     pub engine_ttft_p50: Option<f64>,
     pub engine_ttft_p90: Option<f64>,
+    /// The same from each request's own time on the instances' clocks, exact
+    /// (P50, P90): first token, and last token (the whole answer).
+    pub engine_ttft_exact: (f64, f64),
+    pub engine_e2e: (f64, f64),
+    /// Client-side time to the whole answer (P50, P90), simulated seconds.
+    pub e2e: (f64, f64),
     /// Completed requests and output tokens per simulated second, first send to
     /// last completion.
     pub requests_per_s: f64,
+    /// The same on the instances' clock, the real overheads taken out
+    /// ([`crate::readback::engine_throughput`]).
+    pub engine_requests_per_s: Option<f64>,
     pub output_tokens_per_s: f64,
     /// Each instance's share of the requests it received.
     pub shares: Vec<f64>,
@@ -75,12 +85,15 @@ impl RunResult {
     }
 }
 
-/// Run `setup` under `arm`; `tag` makes the endpoint name unique in this process.
+/// Run `setup` under `arm`; `tag` makes the endpoint name unique in this
+/// process. `gateway_metrics`: read the gateway's decisions and routing time
+/// (its `/metrics` holds every run's series so far, so a long matrix skips it).
 pub async fn run(
     setup: &Setup,
     arm: Arm,
     tag: &str,
     record_bodies: bool,
+    gateway_metrics: bool,
 ) -> anyhow::Result<RunResult> {
     let endpoint = format!("{}-{}-{tag}", setup.id, arm.label());
     let fleet = Fleet::start(setup, arm, &endpoint).await?;
@@ -92,7 +105,11 @@ pub async fn run(
     // decisions. The instances' counters and histograms are read before and
     // after, so `kv_aware`'s subscription probes do not count.
     let gateway = fleet.gateways.first().cloned().unwrap_or_default();
-    let before = metrics(&client, &gateway).await?;
+    let before = if gateway_metrics {
+        metrics(&client, &gateway).await?
+    } else {
+        Vec::new()
+    };
     let stats_before = fleet.stats();
     let engine_before = engine_ttft(&client, &fleet).await?;
     let target = Target {
@@ -102,11 +119,16 @@ pub async fn run(
         model: endpoint.clone(),
         time_scale: setup.sim.time_scale,
         record_bodies,
+        stream: setup.regime.stream,
     };
     let started = Instant::now();
-    let mut records = driver::drive(&target, &setup.sessions).await;
+    let mut records = driver::run(&target, &setup.sessions, setup.regime.arrivals).await;
     let wall = started.elapsed();
-    let after = metrics(&client, &gateway).await?;
+    let after = if gateway_metrics {
+        metrics(&client, &gateway).await?
+    } else {
+        Vec::new()
+    };
     let stats: Vec<SimStats> = fleet
         .stats()
         .iter()
@@ -114,9 +136,22 @@ pub async fn run(
         .map(|(a, b)| since(a, b))
         .collect();
     let engine = engine_ttft(&client, &fleet).await?.since(&engine_before);
+    let names: Vec<String> = fleet
+        .sims
+        .iter()
+        .map(|s| s.server.config().name.clone())
+        .collect();
+    attach_engine_times(&mut records, &names, &fleet.latencies());
     fleet.shutdown().await;
 
     records.sort_by_key(|r| r.sent);
+    let engine_times = |pick: fn((f64, f64)) -> f64| {
+        let mut v: Vec<f64> = records.iter().filter_map(|r| r.engine.map(pick)).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let (engine_ttfts, engine_e2es) = (engine_times(|t| t.0), engine_times(|t| t.1));
+    let closed = matches!(setup.regime.arrivals, Arrivals::Closed(_));
     let scale = setup.sim.time_scale.max(1e-9);
     let sim_secs = |d: Duration| d.as_secs_f64() / scale;
     let failed: Vec<&Record> = records
@@ -128,6 +163,12 @@ pub async fn run(
         .filter_map(|r| r.outcome.ttft.map(sim_secs))
         .collect();
     ttfts.sort_by(f64::total_cmp);
+    let mut e2es: Vec<f64> = records
+        .iter()
+        .filter(|r| r.outcome.error.is_none())
+        .map(|r| sim_secs(r.outcome.total))
+        .collect();
+    e2es.sort_by(f64::total_cmp);
     let first = records.first().map_or(Duration::ZERO, |r| r.sent);
     let last = records
         .iter()
@@ -157,7 +198,14 @@ pub async fn run(
         ttft_mean: ttfts.iter().sum::<f64>() / ttfts.len().max(1) as f64,
         engine_ttft_p50: engine.quantile(0.5),
         engine_ttft_p90: engine.quantile(0.9),
+        engine_ttft_exact: (
+            percentile(&engine_ttfts, 0.5),
+            percentile(&engine_ttfts, 0.9),
+        ),
+        engine_e2e: (percentile(&engine_e2es, 0.5), percentile(&engine_e2es, 0.9)),
+        e2e: (percentile(&e2es, 0.5), percentile(&e2es, 0.9)),
         requests_per_s: ok as f64 / span,
+        engine_requests_per_s: engine_throughput(&records, closed, scale),
         output_tokens_per_s: output as f64 / span,
         shares: stats.iter().map(|s| ratio(s.requests, received)).collect(),
         decisions: decisions(&after, &endpoint),
@@ -167,59 +215,6 @@ pub async fn run(
         wall,
         bodies: records.into_iter().filter_map(|r| r.body).collect(),
     })
-}
-
-/// The instances' TTFT histograms, merged.
-async fn engine_ttft(client: &reqwest::Client, fleet: &Fleet) -> anyhow::Result<Histogram> {
-    let mut engine = Histogram::default();
-    for sim in &fleet.sims {
-        let samples = metrics(client, &sim.url()).await?;
-        engine = engine.plus(&Histogram::read(&samples, ENGINE_TTFT));
-    }
-    Ok(engine)
-}
-
-/// The counters `a` gained since `b` (gauges as in `a`).
-fn since(a: &SimStats, b: &SimStats) -> SimStats {
-    SimStats {
-        requests: a.requests.saturating_sub(b.requests),
-        prompt_tokens: a.prompt_tokens.saturating_sub(b.prompt_tokens),
-        cached_tokens: a.cached_tokens.saturating_sub(b.cached_tokens),
-        queries_tokens: a.queries_tokens.saturating_sub(b.queries_tokens),
-        aborted: a.aborted.saturating_sub(b.aborted),
-        generation_tokens: a.generation_tokens.saturating_sub(b.generation_tokens),
-        ..a.clone()
-    }
-}
-
-async fn metrics(client: &reqwest::Client, base: &str) -> anyhow::Result<Vec<prom::Sample>> {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .with_context(|| format!("GET {base}/metrics"))?
-        .text()
-        .await?;
-    Ok(prom::parse(&text))
-}
-
-/// Routing decisions of `endpoint`, summed over instances, by outcome.
-fn decisions(samples: &[prom::Sample], endpoint: &str) -> Vec<(String, u64)> {
-    let mut out: Vec<(String, u64)> = Vec::new();
-    for s in samples
-        .iter()
-        .filter(|s| s.name == DECISIONS && s.label("endpoint") == Some(endpoint))
-    {
-        let outcome = s.label("outcome").unwrap_or("?").to_owned();
-        let n = s.value.max(0.0) as u64;
-        match out.iter_mut().find(|(o, _)| *o == outcome) {
-            Some((_, total)) => *total += n,
-            None => out.push((outcome, n)),
-        }
-    }
-    out.sort();
-    out
 }
 
 fn hit_by_turn(records: &[Record]) -> Option<[f64; 3]> {

@@ -156,3 +156,46 @@ async fn kv_aware_behind_two_gateway_replicas_completes_and_counts_real_tokens()
     let md = report::replicas::markdown(&ctx, &[w]);
     assert!(md.contains("| kv_aware | 2 |"), "{md}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_matrix_slice_runs_closed_loop_unstreamed_with_unknown_capacity() {
+    use kvgate_bench::matrix::{self, Options};
+    use kvgate_bench::{Arrivals, Capacity};
+    let dir = std::env::temp_dir().join(format!("kvgate-matrix-{}", std::process::id()));
+    let mut opts = Options::full(traces(), dir.join("matrix.md"));
+    opts.quick = true;
+    opts.kinds = vec![Kind::LongContext, Kind::CodingAgent];
+    opts.arrivals = vec![Arrivals::Closed(4)];
+    opts.streams = vec![false];
+    opts.capacities = vec![Capacity::Learned, Capacity::Unknown];
+    let ctx = Context {
+        command: "test".to_owned(),
+        date: "today".to_owned(),
+        machine: "test".to_owned(),
+    };
+    let cells = matrix::run(&opts, &ctx).await.unwrap();
+    assert_eq!(cells.len(), 4);
+    for w in &cells {
+        assert_eq!(w.instances, matrix::sizes::INSTANCES);
+        assert_eq!(w.runs.len(), 3);
+        for r in &w.runs {
+            let what = format!("{} {} {}", w.setup_id, w.regime, r.arm.label());
+            assert_eq!(r.failed, 0, "{what}: {:?}", r.first_error);
+            // Every request found its own times in its instance's log.
+            assert!(r.engine_requests_per_s.is_some_and(|x| x > 0.0), "{what}");
+            assert!(
+                r.engine_e2e.0 > 0.0 && r.engine_e2e.0 <= r.engine_e2e.1,
+                "{what}"
+            );
+        }
+        assert_eq!(matrix::verdict::judge(w).len(), 2);
+    }
+    let md = std::fs::read_to_string(dir.join("matrix.md")).unwrap();
+    assert!(md.contains("## Summary"), "{md}");
+    assert!(
+        md.contains("### coding-agent · closed:4 · no-stream · capacity unknown"),
+        "{md}"
+    );
+    assert!(md.contains("P90 latency (whole answer)"), "{md}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

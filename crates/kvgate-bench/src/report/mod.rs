@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 mod compare;
 pub mod replicas;
 
-use crate::{RunResult, WorkloadResult};
+use crate::{Regime, RunResult, WorkloadResult};
 
 use compare::compare;
 
@@ -32,6 +32,15 @@ pub fn markdown(ctx: &Context, results: &[WorkloadResult]) -> String {
     let _ = writeln!(s, "- Command: `{}`", ctx.command);
     let _ = writeln!(s, "- Date: {}", ctx.date);
     let _ = writeln!(s, "- Machine: {}\n", ctx.machine);
+    // Only a run given `--arrivals`, `--stream` or `--capacity` says so.
+    if let Some(w) = results.iter().find(|w| w.regime != Regime::default()) {
+        let _ = writeln!(
+            s,
+            "- **Regime: {}** (the text below describes the default, open · stream · \
+             capacity configured; without `stream`, TTFT is the time to the whole answer)\n",
+            w.regime
+        );
+    }
     let _ = writeln!(
         s,
         "Every (workload, strategy) run gets a fresh fleet of `kvgate-sim` instances \
@@ -194,7 +203,7 @@ fn row(s: &mut String, w: &WorkloadResult, r: &RunResult, trace_col: bool) {
     );
 }
 
-pub(super) fn ms(secs: f64) -> String {
+pub fn ms(secs: f64) -> String {
     if secs >= 10.0 {
         format!("{secs:.1} s")
     } else {

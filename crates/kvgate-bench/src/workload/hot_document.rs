@@ -9,7 +9,8 @@ use kvgate_sim::{SimConfig, block_text};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Content, Routing, Session, Setup, Turn, exp_gap};
+use super::{Content, Routing, Session, Setup, Size, Turn, exp_gap};
+use crate::regime::Regime;
 
 /// Block ids of documents, and of questions: disjoint from each other.
 const DOC_BASE: u64 = 6 << 40;
@@ -26,9 +27,9 @@ struct Params {
     time_scale: f64,
 }
 
-pub(super) fn setup(quick: bool, seed: u64) -> Setup {
-    let p = if quick {
-        Params {
+pub(super) fn setup(size: Size, seed: u64) -> Setup {
+    let p = match size {
+        Size::Quick => Params {
             docs: 8,
             doc_tokens: 2_000,
             top_share: 0.4,
@@ -36,9 +37,8 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
             rate: 8.0,
             output: (16, 64),
             time_scale: 0.02,
-        }
-    } else {
-        Params {
+        },
+        Size::Full => Params {
             docs: 32,
             doc_tokens: 8_000,
             top_share: 0.4,
@@ -46,7 +46,27 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
             rate: 100.0,
             output: (16, 64),
             time_scale: 0.25,
-        }
+        },
+        // The same rate on 4 instances: the top document (40 req/s) still
+        // takes all a holder admits.
+        Size::Matrix => Params {
+            docs: 32,
+            doc_tokens: 8_000,
+            top_share: 0.4,
+            requests: 400,
+            rate: 100.0,
+            output: (16, 64),
+            time_scale: 0.01,
+        },
+        Size::MatrixQuick => Params {
+            docs: 8,
+            doc_tokens: 2_000,
+            top_share: 0.4,
+            requests: 24,
+            rate: 40.0,
+            output: (8, 24),
+            time_scale: 0.01,
+        },
     };
     let mut rng = StdRng::seed_from_u64(seed ^ 0x6864);
     let docs: Vec<Arc<str>> = (0..p.docs as u64)
@@ -69,6 +89,7 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
                     max_tokens: rng.random_range(p.output.0..=p.output.1),
                     content: Content::Chat(block_text(QUESTION_BASE + i as u64, question_tokens)),
                 }],
+                forks: Vec::new(),
             }
         })
         .collect();
@@ -138,6 +159,7 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
         cache_scale: 1.0,
         gateways: 1,
         kv_token_ratio: 1.0,
+        regime: Regime::default(),
     }
 }
 
@@ -198,7 +220,7 @@ mod tests {
 
     #[test]
     fn sampled_popularity_follows_the_distribution() {
-        let setup = setup(false, 3);
+        let setup = setup(Size::Full, 3);
         let mut counts = std::collections::HashMap::<&str, usize>::new();
         for s in &setup.sessions {
             *counts.entry(s.system.as_deref().unwrap_or("")).or_default() += 1;

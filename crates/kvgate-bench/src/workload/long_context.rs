@@ -8,7 +8,8 @@ use kvgate_sim::{SimConfig, block_text};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Content, Routing, Session, Setup, Turn, exp_gap};
+use super::{Content, Routing, Session, Setup, Size, Turn, exp_gap};
+use crate::regime::Regime;
 
 /// Block ids of documents start here, of questions at `QUESTION_BASE`: never equal.
 const DOC_BASE: u64 = 1 << 40;
@@ -23,25 +24,41 @@ struct Params {
     time_scale: f64,
 }
 
-pub(super) fn setup(quick: bool, seed: u64) -> Setup {
-    let p = if quick {
-        Params {
+pub(super) fn setup(size: Size, seed: u64) -> Setup {
+    let p = match size {
+        Size::Quick => Params {
             docs: 6,
             doc_tokens: 2_000,
             requests: 28,
             rate: 8.0,
             output: (64, 192),
             time_scale: 0.02,
-        }
-    } else {
-        Params {
+        },
+        Size::Full => Params {
             docs: 192,
             doc_tokens: 8_000,
             requests: 3_000,
             rate: 10.0,
             output: (128, 384),
             time_scale: 0.1,
-        }
+        },
+        // 4 instances: the open-loop rate is 10/s scaled to 4 of 7.
+        Size::Matrix => Params {
+            docs: 16,
+            doc_tokens: 8_000,
+            requests: 96,
+            rate: 6.0,
+            output: (16, 64),
+            time_scale: 0.02,
+        },
+        Size::MatrixQuick => Params {
+            docs: 4,
+            doc_tokens: 2_000,
+            requests: 12,
+            rate: 8.0,
+            output: (8, 24),
+            time_scale: 0.01,
+        },
     };
     let mut rng = StdRng::seed_from_u64(seed);
     let docs: Vec<Arc<str>> = (0..p.docs)
@@ -61,6 +78,7 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
                     max_tokens: rng.random_range(p.output.0..=p.output.1),
                     content: Content::Chat(block_text(QUESTION_BASE + i as u64, question_tokens)),
                 }],
+                forks: Vec::new(),
             }
         })
         .collect();
@@ -100,5 +118,6 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
         cache_scale: 1.0,
         gateways: 1,
         kv_token_ratio: 1.0,
+        regime: Regime::default(),
     }
 }

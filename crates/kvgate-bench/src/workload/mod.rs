@@ -1,6 +1,7 @@
 //! What a benchmark run sends: sessions of turns on a simulated clock, and the fleet
 //! and routing settings each workload is measured with.
 
+mod coding_agent;
 mod hot_document;
 mod long_context;
 mod mooncake;
@@ -14,6 +15,8 @@ use std::time::Duration;
 use kvgate_sim::SimConfig;
 use rand::Rng;
 
+use crate::regime::Regime;
+
 pub use mooncake::Trace;
 
 /// One client conversation (a single request is a one-turn session).
@@ -23,6 +26,18 @@ pub struct Session {
     pub start: Duration,
     /// Shared system prompt, sent first in every turn's messages.
     pub system: Option<Arc<str>>,
+    pub turns: Vec<Turn>,
+    /// Sub-agents: each branches from this session's history after one of its
+    /// turns, plays its own turns on a copy of it, and the session goes on
+    /// (from its own history) once the sub-agent's last answer is in.
+    pub forks: Vec<Fork>,
+}
+
+/// A sub-agent of a session ([`Session::forks`]).
+#[derive(Clone, Debug)]
+pub struct Fork {
+    /// Index of the parent's turn after whose answer it branches.
+    pub after: usize,
     pub turns: Vec<Turn>,
 }
 
@@ -77,12 +92,18 @@ pub struct Setup {
     /// SmolLM2 tokens per 4-byte chunk they hold and prefill the same text
     /// in the same time as the other arms' instances. 1: the same numbers of tokens.
     pub kv_token_ratio: f64,
+    /// Arrivals, streaming and capacity (default: open loop, streaming,
+    /// `cache_tokens` configured).
+    pub regime: Regime,
 }
 
 impl Setup {
     /// Requests the setup sends.
     pub fn requests(&self) -> usize {
-        self.sessions.iter().map(|s| s.turns.len()).sum()
+        self.sessions
+            .iter()
+            .map(|s| s.turns.len() + s.forks.iter().map(|f| f.turns.len()).sum::<usize>())
+            .sum()
     }
 
     /// Multiply every instance's KV capacity by `factor` (> 0), rounding to whole
@@ -122,9 +143,31 @@ pub enum Kind {
     MooncakeSynthetic,
     SystemPrompts,
     HotDocument,
+    CodingAgent,
+}
+
+/// How big a workload is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Size {
+    /// `routing.md`'s sizes.
+    Full,
+    /// Seconds, for CI (`--quick`).
+    Quick,
+    /// One cell of the regime matrix (`--matrix`): small enough that 140
+    /// cells × 3 strategies run in about 25 minutes on 2 cores.
+    Matrix,
+    /// `--matrix --quick`.
+    MatrixQuick,
+}
+
+impl Size {
+    pub fn is_quick(self) -> bool {
+        matches!(self, Size::Quick | Size::MatrixQuick)
+    }
 }
 
 impl Kind {
+    /// `routing.md`'s workloads (`--workload all`).
     pub const ALL: [Kind; 6] = [
         Kind::LongContext,
         Kind::MultiTurn,
@@ -132,6 +175,17 @@ impl Kind {
         Kind::MooncakeSynthetic,
         Kind::SystemPrompts,
         Kind::HotDocument,
+    ];
+
+    /// The regime matrix's workloads: `ALL` and the coding agent.
+    pub const MATRIX: [Kind; 7] = [
+        Kind::LongContext,
+        Kind::MultiTurn,
+        Kind::MooncakeConversation,
+        Kind::MooncakeSynthetic,
+        Kind::SystemPrompts,
+        Kind::HotDocument,
+        Kind::CodingAgent,
     ];
 
     pub fn id(self) -> &'static str {
@@ -142,26 +196,35 @@ impl Kind {
             Kind::MooncakeSynthetic => "mooncake-synthetic",
             Kind::SystemPrompts => "system-prompts",
             Kind::HotDocument => "hot-document",
+            Kind::CodingAgent => "coding-agent",
         }
     }
 
     /// Build the workload; `quick` makes a CI-sized one. Mooncake kinds read
     /// `{traces}/mooncake_{conversation,synthetic}.jsonl`.
     pub fn setup(self, quick: bool, seed: u64, traces: &Path) -> anyhow::Result<Setup> {
+        let size = if quick { Size::Quick } else { Size::Full };
+        self.setup_sized(size, seed, traces)
+    }
+
+    /// Build the workload at `size`. The matrix sizes keep each workload's
+    /// fleet (7 instances, the preset's cache): [`crate::matrix`] resizes it.
+    pub fn setup_sized(self, size: Size, seed: u64, traces: &Path) -> anyhow::Result<Setup> {
         match self {
-            Kind::LongContext => Ok(long_context::setup(quick, seed)),
-            Kind::MultiTurn => Ok(multi_turn::setup(quick, seed)),
-            Kind::SystemPrompts => Ok(system_prompts::setup(quick, seed)),
-            Kind::HotDocument => Ok(hot_document::setup(quick, seed)),
+            Kind::LongContext => Ok(long_context::setup(size, seed)),
+            Kind::MultiTurn => Ok(multi_turn::setup(size, seed)),
+            Kind::SystemPrompts => Ok(system_prompts::setup(size, seed)),
+            Kind::HotDocument => Ok(hot_document::setup(size, seed)),
+            Kind::CodingAgent => Ok(coding_agent::setup(size, seed)),
             Kind::MooncakeConversation => mooncake::setup(
                 Trace::Conversation,
                 &traces.join(Trace::Conversation.file()),
-                quick,
+                size,
             ),
             Kind::MooncakeSynthetic => mooncake::setup(
                 Trace::Synthetic,
                 &traces.join(Trace::Synthetic.file()),
-                quick,
+                size,
             ),
         }
     }

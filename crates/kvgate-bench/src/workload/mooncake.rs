@@ -14,7 +14,8 @@ use anyhow::Context;
 use kvgate_sim::SimConfig;
 use serde::Deserialize;
 
-use super::{Content, Routing, Session, Setup, Turn};
+use super::{Content, Routing, Session, Setup, Size, Turn};
+use crate::regime::Regime;
 
 /// The two traces and their published single-infinite-cache reuse.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,28 +56,55 @@ struct Params {
     limit: usize,
     /// Cap on output tokens (quick mode), so a tiny run stays tiny.
     max_output: u32,
+    /// Arrival times are divided by `keep_one_in × speedup`: 1 keeps the
+    /// trace's own rate; the matrix's 4 instances get 4/7 of it.
+    speedup: f64,
     time_scale: f64,
 }
 
-pub(super) fn setup(trace: Trace, path: &Path, quick: bool) -> anyhow::Result<Setup> {
-    let p = match (quick, trace) {
-        (true, _) => Params {
+pub(super) fn setup(trace: Trace, path: &Path, size: Size) -> anyhow::Result<Setup> {
+    let p = match (size, trace) {
+        (Size::Quick, _) => Params {
             keep_one_in: 64,
             limit: 24,
             max_output: 32,
+            speedup: 1.0,
             time_scale: 0.005,
         },
-        (false, Trace::Conversation) => Params {
+        (Size::Full, Trace::Conversation) => Params {
             keep_one_in: 6,
             limit: usize::MAX,
             max_output: u32::MAX,
+            speedup: 1.0,
             time_scale: 0.05,
         },
-        (false, Trace::Synthetic) => Params {
+        (Size::Full, Trace::Synthetic) => Params {
             keep_one_in: 3,
             limit: usize::MAX,
             max_output: u32::MAX,
+            speedup: 1.0,
             time_scale: 0.05,
+        },
+        (Size::Matrix, Trace::Conversation) => Params {
+            keep_one_in: 48,
+            limit: 100,
+            max_output: u32::MAX,
+            speedup: 4.0 / 7.0,
+            time_scale: 0.01,
+        },
+        (Size::Matrix, Trace::Synthetic) => Params {
+            keep_one_in: 12,
+            limit: 120,
+            max_output: u32::MAX,
+            speedup: 4.0 / 7.0,
+            time_scale: 0.01,
+        },
+        (Size::MatrixQuick, _) => Params {
+            keep_one_in: 64,
+            limit: 12,
+            max_output: 16,
+            speedup: 4.0 / 7.0,
+            time_scale: 0.005,
         },
     };
     let text =
@@ -97,7 +125,7 @@ pub(super) fn setup(trace: Trace, path: &Path, quick: bool) -> anyhow::Result<Se
         .take(p.limit)
         .collect();
     let t0 = kept.first().map_or(0, |l| l.timestamp);
-    let k = p.keep_one_in as f64;
+    let k = p.keep_one_in as f64 * p.speedup;
     let sessions: Vec<Session> = kept
         .into_iter()
         .map(|l| Session {
@@ -111,6 +139,7 @@ pub(super) fn setup(trace: Trace, path: &Path, quick: bool) -> anyhow::Result<Se
                     tokens: l.input_length,
                 },
             }],
+            forks: Vec::new(),
         })
         .collect();
     let span = sessions.last().map_or(0.0, |s| s.start.as_secs_f64());
@@ -133,7 +162,7 @@ pub(super) fn setup(trace: Trace, path: &Path, quick: bool) -> anyhow::Result<Se
             sessions.len(),
             total,
             p.keep_one_in,
-            p.keep_one_in,
+            k,
             span,
             100.0 * trace.ceiling()
         ),
@@ -152,6 +181,7 @@ pub(super) fn setup(trace: Trace, path: &Path, quick: bool) -> anyhow::Result<Se
         cache_scale: 1.0,
         gateways: 1,
         kv_token_ratio: 1.0,
+        regime: Regime::default(),
     })
 }
 

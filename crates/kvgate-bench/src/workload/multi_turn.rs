@@ -9,7 +9,8 @@ use kvgate_sim::{SimConfig, block_text};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Content, Routing, Session, Setup, Turn, exp_gap, log_normal};
+use super::{Content, Routing, Session, Setup, Size, Turn, exp_gap, log_normal};
+use crate::regime::Regime;
 
 /// Block ids of user messages start here: disjoint from other workloads' ids.
 const MESSAGE_BASE: u64 = 3 << 40;
@@ -55,23 +56,36 @@ pub(super) fn conversation(
         .collect()
 }
 
-pub(super) fn setup(quick: bool, seed: u64) -> Setup {
-    let p = if quick {
-        Params {
+pub(super) fn setup(size: Size, seed: u64) -> Setup {
+    let p = match size {
+        Size::Quick => Params {
             conversations: 8,
             rate: 4.0,
             turns: (2, 3),
             think_mean_s: 1.0,
             time_scale: 0.02,
-        }
-    } else {
-        Params {
+        },
+        Size::Full => Params {
             conversations: 400,
             rate: 1.5,
             turns: (2, 10),
             think_mean_s: 10.0,
             time_scale: 0.1,
-        }
+        },
+        Size::Matrix => Params {
+            conversations: 16,
+            rate: 0.9,
+            turns: (2, 10),
+            think_mean_s: 10.0,
+            time_scale: 0.01,
+        },
+        Size::MatrixQuick => Params {
+            conversations: 4,
+            rate: 4.0,
+            turns: (2, 3),
+            think_mean_s: 1.0,
+            time_scale: 0.01,
+        },
     };
     let mut rng = StdRng::seed_from_u64(seed ^ 0x6d74);
     let system: Arc<str> = Arc::from(SYSTEM);
@@ -84,6 +98,7 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
                 start: at,
                 system: Some(Arc::clone(&system)),
                 turns: conversation(&mut rng, &mut next_id, p.turns, p.think_mean_s),
+                forks: Vec::new(),
             }
         })
         .collect();
@@ -113,5 +128,6 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
         cache_scale: 1.0,
         gateways: 1,
         kv_token_ratio: 1.0,
+        regime: Regime::default(),
     }
 }

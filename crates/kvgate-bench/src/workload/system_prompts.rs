@@ -9,7 +9,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::multi_turn::conversation;
-use super::{Routing, Session, Setup, exp_gap};
+use super::{Routing, Session, Setup, Size, exp_gap};
+use crate::regime::Regime;
 
 /// Block ids of the system prompts, and of user messages: disjoint from each other.
 const SYSTEM_BASE: u64 = 4 << 40;
@@ -25,9 +26,9 @@ struct Params {
     time_scale: f64,
 }
 
-pub(super) fn setup(quick: bool, seed: u64) -> Setup {
-    let p = if quick {
-        Params {
+pub(super) fn setup(size: Size, seed: u64) -> Setup {
+    let p = match size {
+        Size::Quick => Params {
             prompts: 3,
             prompt_tokens: 1_000,
             conversations: 9,
@@ -35,9 +36,8 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
             turns: (2, 3),
             think_mean_s: 1.0,
             time_scale: 0.02,
-        }
-    } else {
-        Params {
+        },
+        Size::Full => Params {
             prompts: 3,
             prompt_tokens: 3_000,
             conversations: 240,
@@ -45,7 +45,25 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
             turns: (2, 10),
             think_mean_s: 10.0,
             time_scale: 0.1,
-        }
+        },
+        Size::Matrix => Params {
+            prompts: 3,
+            prompt_tokens: 3_000,
+            conversations: 20,
+            rate: 0.9,
+            turns: (2, 10),
+            think_mean_s: 10.0,
+            time_scale: 0.01,
+        },
+        Size::MatrixQuick => Params {
+            prompts: 2,
+            prompt_tokens: 1_000,
+            conversations: 4,
+            rate: 4.0,
+            turns: (2, 3),
+            think_mean_s: 1.0,
+            time_scale: 0.01,
+        },
     };
     let mut rng = StdRng::seed_from_u64(seed ^ 0x7370);
     let prompts: Vec<Arc<str>> = (0..p.prompts)
@@ -61,6 +79,7 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
                 start: at,
                 system: prompts.get(prompt).cloned(),
                 turns: conversation(&mut rng, &mut next_id, p.turns, p.think_mean_s),
+                forks: Vec::new(),
             }
         })
         .collect();
@@ -102,5 +121,6 @@ pub(super) fn setup(quick: bool, seed: u64) -> Setup {
         cache_scale: 1.0,
         gateways: 1,
         kv_token_ratio: 1.0,
+        regime: Regime::default(),
     }
 }

@@ -1,0 +1,125 @@
+//! The regime matrix (issue 20): every workload ([`Kind::MATRIX`]) under every
+//! arrival mode (open loop, closed loop with 1, 4, 8 and 32 clients),
+//! streaming and not, with the KV capacity learned from the engine and
+//! unknown — `prefix_aware`, `longest_prefix` and `kv_aware` side by side in
+//! each cell, judged by [`verdict`] and written by [`report`] to `matrix.md`
+//! (after every cell, so an interrupted run keeps what it measured). Any
+//! dimension can be narrowed to run a slice ([`Options`]). Ceilings are not
+//! measured here (they would double the time); `routing.md` has them.
+
+pub mod report;
+pub mod sizes;
+pub mod verdict;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context as _;
+
+use crate::regime::{Arrivals, Capacity, Regime};
+use crate::report::Context;
+use crate::workload::Kind;
+use crate::{Arm, WorkloadResult, bench_with};
+
+/// The strategies every cell compares.
+pub const ARMS: [Arm; 3] = [Arm::PrefixAware, Arm::LongestPrefix, Arm::KvAware];
+
+/// What to run; each list narrows one dimension (all of it by default).
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub kinds: Vec<Kind>,
+    pub arrivals: Vec<Arrivals>,
+    pub streams: Vec<bool>,
+    pub capacities: Vec<Capacity>,
+    pub arms: Vec<Arm>,
+    /// Seconds, not minutes (CI smoke).
+    pub quick: bool,
+    pub seed: u64,
+    pub traces: PathBuf,
+    /// The report's path.
+    pub out: PathBuf,
+}
+
+impl Options {
+    /// The whole matrix, written to `out`.
+    pub fn full(traces: PathBuf, out: PathBuf) -> Self {
+        Self {
+            kinds: Kind::MATRIX.to_vec(),
+            arrivals: Arrivals::MATRIX.to_vec(),
+            streams: vec![true, false],
+            capacities: Capacity::MATRIX.to_vec(),
+            arms: ARMS.to_vec(),
+            quick: false,
+            seed: 7,
+            traces,
+            out,
+        }
+    }
+
+    /// Every cell's regime, in run order.
+    pub fn regimes(&self) -> Vec<Regime> {
+        let mut out = Vec::new();
+        for &arrivals in &self.arrivals {
+            for &stream in &self.streams {
+                for &capacity in &self.capacities {
+                    out.push(Regime {
+                        arrivals,
+                        stream,
+                        capacity,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Run the cells `opts` selects, writing the report after each; returns them.
+pub async fn run(opts: &Options, ctx: &Context) -> anyhow::Result<Vec<WorkloadResult>> {
+    let started = Instant::now();
+    let regimes = opts.regimes();
+    let total = opts.kinds.len() * regimes.len();
+    let mut cells: Vec<WorkloadResult> = Vec::with_capacity(total);
+    if let Some(dir) = opts.out.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    for &kind in &opts.kinds {
+        let base = sizes::setup(kind, opts.quick, opts.seed, &opts.traces)?;
+        eprintln!(
+            "{}: {} requests, {} instances, {} KV tokens an instance",
+            base.id,
+            base.requests(),
+            base.instances,
+            base.cache_tokens()
+        );
+        for regime in &regimes {
+            let mut setup = base.clone();
+            setup.regime = *regime;
+            let tag = format!("m{}", cells.len());
+            eprintln!("[{}/{total}] {} · {regime}", cells.len() + 1, setup.id);
+            let w = bench_with(&setup, &opts.arms, &tag, false, |l| eprintln!("  {l}")).await?;
+            for v in verdict::judge(&w) {
+                eprintln!(
+                    "  => {} {}",
+                    v.arm.label(),
+                    if v.won() {
+                        "won".to_owned()
+                    } else {
+                        format!("LOST on {}", v.failed().join(", "))
+                    }
+                );
+            }
+            cells.push(w);
+            let md = report::markdown(ctx, &cells, started.elapsed().as_secs_f64());
+            std::fs::write(&opts.out, md)
+                .with_context(|| format!("writing {}", opts.out.display()))?;
+        }
+    }
+    eprintln!(
+        "wrote {} ({} cells in {:.1} min)",
+        opts.out.display(),
+        cells.len(),
+        started.elapsed().as_secs_f64() / 60.0
+    );
+    Ok(cells)
+}

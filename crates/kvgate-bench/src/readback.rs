@@ -1,0 +1,128 @@
+//! What is read back from a fleet around a run: the instances' counters,
+//! TTFT histograms and per-request times (joined to the client's records by
+//! response id), and the gateway's decisions.
+
+use std::collections::HashMap;
+
+use anyhow::Context;
+use kvgate_sim::{Latencies, SimStats};
+
+use crate::driver::Record;
+use crate::fleet::Fleet;
+use crate::prom::{self, Histogram};
+
+const DECISIONS: &str = "kvgate_routing_decisions_total";
+const ENGINE_TTFT: &str = "vllm:time_to_first_token_seconds";
+
+/// The instances' TTFT histograms, merged.
+pub async fn engine_ttft(client: &reqwest::Client, fleet: &Fleet) -> anyhow::Result<Histogram> {
+    let mut engine = Histogram::default();
+    for sim in &fleet.sims {
+        let samples = metrics(client, &sim.url()).await?;
+        engine = engine.plus(&Histogram::read(&samples, ENGINE_TTFT));
+    }
+    Ok(engine)
+}
+
+/// The counters `a` gained since `b` (gauges as in `a`).
+pub fn since(a: &SimStats, b: &SimStats) -> SimStats {
+    SimStats {
+        requests: a.requests.saturating_sub(b.requests),
+        prompt_tokens: a.prompt_tokens.saturating_sub(b.prompt_tokens),
+        cached_tokens: a.cached_tokens.saturating_sub(b.cached_tokens),
+        queries_tokens: a.queries_tokens.saturating_sub(b.queries_tokens),
+        aborted: a.aborted.saturating_sub(b.aborted),
+        generation_tokens: a.generation_tokens.saturating_sub(b.generation_tokens),
+        ..a.clone()
+    }
+}
+
+pub async fn metrics(client: &reqwest::Client, base: &str) -> anyhow::Result<Vec<prom::Sample>> {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .with_context(|| format!("GET {base}/metrics"))?
+        .text()
+        .await?;
+    Ok(prom::parse(&text))
+}
+
+/// Routing decisions of `endpoint`, summed over instances, by outcome.
+pub fn decisions(samples: &[prom::Sample], endpoint: &str) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    for s in samples
+        .iter()
+        .filter(|s| s.name == DECISIONS && s.label("endpoint") == Some(endpoint))
+    {
+        let outcome = s.label("outcome").unwrap_or("?").to_owned();
+        let n = s.value.max(0.0) as u64;
+        match out.iter_mut().find(|(o, _)| *o == outcome) {
+            Some((_, total)) => *total += n,
+            None => out.push((outcome, n)),
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Give each record its TTFT and end-to-end time on its instance's clock,
+/// found by its response's id (`{chatcmpl,cmpl}-{instance name}-{serial}`)
+/// in `logs` (one an instance, named `names[i]`). Requests the run did not
+/// send (`kv_aware`'s probes) are never looked up.
+pub fn attach_engine_times(records: &mut [Record], names: &[String], logs: &[Latencies]) {
+    let mut times: HashMap<(usize, u64), (Option<f64>, Option<f64>)> = HashMap::new();
+    for (i, log) in logs.iter().enumerate() {
+        for &(serial, t) in &log.ttft {
+            times.entry((i, serial)).or_default().0 = Some(t);
+        }
+        for &(serial, t) in &log.e2e {
+            times.entry((i, serial)).or_default().1 = Some(t);
+        }
+    }
+    for r in records {
+        let found = r
+            .outcome
+            .id
+            .split_once('-')
+            .and_then(|(_, rest)| rest.rsplit_once('-'))
+            .and_then(|(name, serial)| {
+                let i = names.iter().position(|n| n == name)?;
+                times.get(&(i, serial.parse().ok()?))
+            });
+        if let Some(&(Some(ttft), Some(e2e))) = found {
+            r.engine = Some((ttft, e2e));
+        }
+    }
+}
+
+/// Completed requests per second on the instances' clock, with the real
+/// overheads of HTTP, the gateway and the load generator (magnified by
+/// 1/time_scale) taken out: in the closed loop, over the longest client's
+/// sum of its requests' end-to-end times; open, from the first send to the
+/// last engine completion (send + end-to-end). `None` when a completed
+/// request has no engine times.
+pub fn engine_throughput(records: &[Record], closed: bool, time_scale: f64) -> Option<f64> {
+    let done: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.outcome.error.is_none())
+        .collect();
+    if done.iter().any(|r| r.engine.is_none()) || done.is_empty() {
+        return None;
+    }
+    let e2e = |r: &Record| r.engine.map_or(0.0, |(_, e)| e);
+    let span = if closed {
+        let mut per: HashMap<usize, f64> = HashMap::new();
+        for r in &done {
+            *per.entry(r.client).or_default() += e2e(r);
+        }
+        per.values().copied().fold(0.0, f64::max)
+    } else {
+        let sent = |r: &Record| r.sent.as_secs_f64() / time_scale.max(1e-9);
+        let first = done.iter().map(|r| sent(r)).fold(f64::INFINITY, f64::min);
+        let last = done.iter().map(|r| sent(r) + e2e(r)).fold(0.0, f64::max);
+        last - first
+    };
+    Some(done.len() as f64 / span.max(1e-9))
+}
