@@ -134,7 +134,7 @@ where
         match this.inner.poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
                 if let Some(g) = this.guard.as_mut() {
-                    g.prefill_done();
+                    g.first_byte();
                 }
                 this.scanner.feed(&chunk);
                 if let Some(t) = this.transcript.as_mut()

@@ -118,6 +118,10 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         let indexed =
             ep.config.routing.strategy.uses_index() && f.input.placement != Placement::Load;
         let mut guard = instance.claim(ep.policy.queued_charge(&request, &load));
+        if !f.input.stream {
+            // Its first byte will be its last: time the charge out instead.
+            guard.release_at_drain(load.queued_prefill);
+        }
         // The instance will cache what it prefills; a request that never gets
         // there, or that it refuses, is taken back out below.
         if attempt == 0 && f.input.placement == Placement::Policy {

@@ -36,6 +36,8 @@ pub struct Instance {
     queued_prefill: AtomicU64,
     /// Prefill work sent here lately, decaying (a cost tie-break).
     recent_work: super::recent_work::RecentWork,
+    /// Its prefill rate as first bytes show it.
+    prefill_rate: super::prefill_rate::PrefillRate,
     /// The block chains believed cached here (cache-aware strategies).
     pub index: BlockIndex,
     /// Its KV-event subscription (`kv_aware` with `kv_events` set).
@@ -128,6 +130,7 @@ impl Instance {
             in_flight: AtomicUsize::new(0),
             queued_prefill: AtomicU64::new(0),
             recent_work: Default::default(),
+            prefill_rate: Default::default(),
             index: BlockIndex::default(),
             kv: arc_swap::ArcSwapOption::empty(),
             learned_cache_tokens: AtomicUsize::new(0),
@@ -317,7 +320,8 @@ impl Instance {
         self.series.in_flight(n);
         InflightGuard {
             instance: Arc::clone(self),
-            prefill,
+            prefill: Arc::new(AtomicU64::new(prefill)),
+            claimed: Instant::now(),
             index_insert: None,
         }
     }
@@ -332,8 +336,10 @@ fn backoff(base: Duration, n: u32) -> Duration {
 #[derive(Debug)]
 pub struct InflightGuard {
     instance: Arc<Instance>,
-    /// Queued-prefill tokens not yet given back.
-    prefill: u64,
+    /// Queued-prefill tokens not yet given back (shared with a timer that
+    /// may give them back first; whoever takes them subtracts them).
+    prefill: Arc<AtomicU64>,
+    claimed: Instant,
     /// Its insert into the instance's block index, settled with the prefill.
     index_insert: Option<u64>,
 }
@@ -347,13 +353,48 @@ impl InflightGuard {
     /// as queued, and let later hits on its blocks count as settled
     /// ([`BlockIndex::settle`]). Idempotent.
     pub fn prefill_done(&mut self) {
-        let p = std::mem::take(&mut self.prefill);
+        let p = self.prefill.swap(0, Ordering::Relaxed);
         if p > 0 {
             self.instance.queued_prefill.fetch_sub(p, Ordering::Relaxed);
         }
         if let Some(stamp) = self.index_insert.take() {
             self.instance.index.settle(stamp);
         }
+    }
+
+    /// The answer's first byte: its prefill is over, and how long it took
+    /// shows the instance's prefill rate (see [`super::prefill_rate`]).
+    pub fn first_byte(&mut self) {
+        let p = self.prefill.load(Ordering::Relaxed);
+        if p > 0 {
+            let uncached = p.saturating_sub(crate::routing::cost::REQUEST_OVERHEAD);
+            self.instance
+                .prefill_rate
+                .observe(uncached, self.claimed.elapsed());
+        }
+        self.prefill_done();
+    }
+
+    /// An answer that will not say when its prefill ends (not streamed):
+    /// give its charge back once `queued_ahead` tokens and its own have
+    /// drained at the instance's prefill rate, if it has shown one.
+    pub fn release_at_drain(&self, queued_ahead: u64) {
+        let charge = self.prefill.load(Ordering::Relaxed);
+        let Some(after) = self
+            .instance
+            .prefill_rate
+            .drain_time(queued_ahead.saturating_add(charge))
+        else {
+            return;
+        };
+        let (cell, instance) = (Arc::clone(&self.prefill), Arc::clone(&self.instance));
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let p = cell.swap(0, Ordering::Relaxed);
+            if p > 0 {
+                instance.queued_prefill.fetch_sub(p, Ordering::Relaxed);
+            }
+        });
     }
 
     /// The request's blocks went into the instance's index as insert `stamp`.
@@ -387,6 +428,35 @@ mod tests {
         assert_eq!(i.in_flight(), 1);
         drop(g2);
         assert_eq!((i.in_flight(), i.queued_prefill()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_non_streaming_charge_is_given_back_once_the_queue_has_drained() {
+        let i = Instance::new("e", "a", "http://a");
+        // A streamed answer shows 4,096 uncached tokens prefilled in ≥ 100 ms.
+        let mut g = i.claim(4096 + crate::routing::cost::REQUEST_OVERHEAD);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        g.first_byte();
+        drop(g);
+        // A non-streaming one behind 4,096 queued tokens: ≥ 190 ms of prefill in all.
+        let ahead = i.claim(3840);
+        let g = i.claim(3840);
+        g.release_at_drain(4096);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            i.queued_prefill(),
+            7680,
+            "given back before it could have drained"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            i.queued_prefill(),
+            3840,
+            "its charge given back, not the one ahead"
+        );
+        assert_eq!(i.in_flight(), 2, "the slot is held until the answer ends");
+        drop((ahead, g));
+        assert_eq!(i.queued_prefill(), 0);
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod forward;
 mod headers;
 pub mod health;
 mod instance;
+mod prefill_rate;
 mod recent_work;
 mod relay_error;
 pub mod tls;
