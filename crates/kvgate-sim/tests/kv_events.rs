@@ -215,15 +215,18 @@ async fn replay(sim: &SimHandle, start: u64) -> Vec<(u64, Bytes)> {
             .await
             .unwrap()
             .unwrap();
+        // vLLM 0.32's replay: [b"", topic, seq, payload]; the end marker
+        // [b"", b"", -1, b""].
         let frames = msg.into_vec();
-        assert_eq!(frames.len(), 3, "empty delimiter, seq, payload");
+        assert_eq!(frames.len(), 4, "empty delimiter, topic, seq, payload");
         assert!(frames[0].is_empty());
-        let seq: [u8; 8] = frames[1].as_ref().try_into().unwrap();
+        let seq: [u8; 8] = frames[2].as_ref().try_into().unwrap();
         if seq == [0xFF; 8] {
-            assert!(frames[2].is_empty(), "the end marker has an empty payload");
+            assert!(frames[1].is_empty(), "the end marker has an empty topic");
+            assert!(frames[3].is_empty(), "the end marker has an empty payload");
             return out;
         }
-        out.push((u64::from_be_bytes(seq), frames[2].clone()));
+        out.push((u64::from_be_bytes(seq), frames[3].clone()));
     }
 }
 
