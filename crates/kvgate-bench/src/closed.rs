@@ -39,7 +39,7 @@ pub async fn drive(target: &Target, sessions: &[Session], clients: usize) -> Vec
     let mut records = Vec::new();
     for (client, sessions) in per.into_iter().enumerate() {
         for mut r in sessions.into_iter().flatten() {
-            r.client = client;
+            r.chain = client;
             records.push(r);
         }
     }

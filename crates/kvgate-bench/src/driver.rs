@@ -32,8 +32,15 @@ pub struct Record {
     pub sent: Duration,
     /// Its turn in its session, from 0.
     pub turn: usize,
-    /// The closed-loop client that sent it (0 in the open loop).
-    pub client: usize,
+    /// The chain of requests it belongs to, each sent after the previous one
+    /// answered: its session in the open loop, its client in the closed.
+    pub chain: usize,
+    /// Simulated time at which its chain started (its session's start in
+    /// the open loop, 0 in the closed).
+    pub chain_start: Duration,
+    /// The think time it waited after the previous answer (simulated; 0 in
+    /// the closed loop).
+    pub think: Duration,
     /// Its TTFT and end-to-end time on the instance's clock (simulated
     /// seconds), when the instance's log has it ([`crate::run`] fills it).
     pub engine: Option<(f64, f64)>,
@@ -82,13 +89,17 @@ pub async fn run(target: &Target, sessions: &[Session], arrivals: Arrivals) -> V
 pub async fn drive(target: &Target, sessions: &[Session]) -> Vec<Record> {
     let t0 = Instant::now();
     let mut tasks = JoinSet::new();
-    for session in sessions {
+    for (chain, session) in sessions.iter().enumerate() {
         let target = target.clone();
         let session = session.clone();
         let at = t0 + scale(session.start, target.time_scale);
         tasks.spawn(async move {
             tokio::time::sleep_until(at).await;
-            play(&target, &session, t0, true).await
+            let mut records = play(&target, &session, t0, true).await;
+            for r in &mut records {
+                (r.chain, r.chain_start) = (chain, session.start);
+            }
+            records
         });
     }
     let mut records = Vec::new();
@@ -162,7 +173,9 @@ async fn one(
     records.push(Record {
         sent,
         turn: index,
-        client: 0,
+        chain: 0,
+        chain_start: Duration::ZERO,
+        think: if think { turn.think } else { Duration::ZERO },
         engine: None,
         outcome,
         body: target.record_bodies.then_some(body),

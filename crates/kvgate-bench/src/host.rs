@@ -13,6 +13,30 @@ pub fn context() -> Context {
     }
 }
 
+/// The source the gateway was built from: `git rev-parse --short HEAD`,
+/// and whether `src/` had uncommitted changes (the working tree is what
+/// was built). "unknown" outside a git checkout.
+pub fn build() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    match git(&["rev-parse", "--short", "HEAD"]) {
+        Some(head) => match git(&["status", "--porcelain", "--", "../../src"]) {
+            Some(dirty) if !dirty.is_empty() => {
+                format!("{head} with uncommitted changes in src/ (the working tree was built)")
+            }
+            _ => head,
+        },
+        None => "unknown".to_owned(),
+    }
+}
+
 fn command_line() -> String {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut cmd = "cargo run --release -p kvgate-bench --bin kvgate-loadbench --".to_owned();

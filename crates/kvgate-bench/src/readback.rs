@@ -99,11 +99,14 @@ pub fn attach_engine_times(records: &mut [Record], names: &[String], logs: &[Lat
 
 /// Completed requests per second on the instances' clock, with the real
 /// overheads of HTTP, the gateway and the load generator (magnified by
-/// 1/time_scale) taken out: in the closed loop, over the longest client's
-/// sum of its requests' end-to-end times; open, from the first send to the
-/// last engine completion (send + end-to-end). `None` when a completed
-/// request has no engine times.
-pub fn engine_throughput(records: &[Record], closed: bool, time_scale: f64) -> Option<f64> {
+/// 1/time_scale) taken out. Each chain (a session in the open loop, a
+/// client in the closed) is replayed on that clock: from its start, each
+/// request in send order after its think time, for its end-to-end time on
+/// its instance; the span runs from the first chain's start to the last
+/// one's end. So in the closed loop it is the longest client's sum of its
+/// requests' end-to-end times. `None` when a completed request has no
+/// engine times.
+pub fn engine_throughput(records: &[Record]) -> Option<f64> {
     let done: Vec<&Record> = records
         .iter()
         .filter(|r| r.outcome.error.is_none())
@@ -111,18 +114,19 @@ pub fn engine_throughput(records: &[Record], closed: bool, time_scale: f64) -> O
     if done.iter().any(|r| r.engine.is_none()) || done.is_empty() {
         return None;
     }
-    let e2e = |r: &Record| r.engine.map_or(0.0, |(_, e)| e);
-    let span = if closed {
-        let mut per: HashMap<usize, f64> = HashMap::new();
-        for r in &done {
-            *per.entry(r.client).or_default() += e2e(r);
-        }
-        per.values().copied().fold(0.0, f64::max)
-    } else {
-        let sent = |r: &Record| r.sent.as_secs_f64() / time_scale.max(1e-9);
-        let first = done.iter().map(|r| sent(r)).fold(f64::INFINITY, f64::min);
-        let last = done.iter().map(|r| sent(r) + e2e(r)).fold(0.0, f64::max);
-        last - first
-    };
-    Some(done.len() as f64 / span.max(1e-9))
+    let mut chains: HashMap<usize, Vec<&Record>> = HashMap::new();
+    for r in done.iter().copied() {
+        chains.entry(r.chain).or_default().push(r);
+    }
+    let (mut first, mut last) = (f64::INFINITY, 0.0f64);
+    for chain in chains.values_mut() {
+        chain.sort_by_key(|r| r.sent);
+        let start = chain.first().map_or(0.0, |r| r.chain_start.as_secs_f64());
+        let end = chain.iter().fold(start, |t, r| {
+            t + r.think.as_secs_f64() + r.engine.map_or(0.0, |(_, e)| e)
+        });
+        first = first.min(start);
+        last = last.max(end);
+    }
+    Some(done.len() as f64 / (last - first).max(1e-9))
 }

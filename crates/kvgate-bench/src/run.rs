@@ -13,7 +13,6 @@ use crate::prom::Histogram;
 use crate::readback::{
     attach_engine_times, decisions, engine_throughput, engine_ttft, metrics, since,
 };
-use crate::regime::Arrivals;
 use crate::workload::Setup;
 
 const ROUTING_SECONDS: &str = "kvgate_routing_decision_seconds";
@@ -151,7 +150,6 @@ pub async fn run(
         v
     };
     let (engine_ttfts, engine_e2es) = (engine_times(|t| t.0), engine_times(|t| t.1));
-    let closed = matches!(setup.regime.arrivals, Arrivals::Closed(_));
     let scale = setup.sim.time_scale.max(1e-9);
     let sim_secs = |d: Duration| d.as_secs_f64() / scale;
     let failed: Vec<&Record> = records
@@ -205,7 +203,7 @@ pub async fn run(
         engine_e2e: (percentile(&engine_e2es, 0.5), percentile(&engine_e2es, 0.9)),
         e2e: (percentile(&e2es, 0.5), percentile(&e2es, 0.9)),
         requests_per_s: ok as f64 / span,
-        engine_requests_per_s: engine_throughput(&records, closed, scale),
+        engine_requests_per_s: engine_throughput(&records),
         output_tokens_per_s: output as f64 / span,
         shares: stats.iter().map(|s| ratio(s.requests, received)).collect(),
         decisions: decisions(&after, &endpoint),

@@ -6,11 +6,18 @@
 //! (after every cell, so an interrupted run keeps what it measured). Any
 //! dimension can be narrowed to run a slice ([`Options`]). Ceilings are not
 //! measured here (they would double the time); `routing.md` has them.
+//!
+//! Each cell runs on a tokio runtime of its own, dropped after it: every
+//! in-process gateway spawns tasks that outlive it (its metrics upkeep ticks
+//! forever), and 420 gateways' worth of them, each walking the process-wide
+//! recorder, would eat the CPU the later cells are timed on.
 
 pub mod report;
 pub mod sizes;
+mod summary;
 pub mod verdict;
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -77,6 +84,7 @@ impl Options {
 /// Run the cells `opts` selects, writing the report after each; returns them.
 pub async fn run(opts: &Options, ctx: &Context) -> anyhow::Result<Vec<WorkloadResult>> {
     let started = Instant::now();
+    let build = crate::host::build();
     let regimes = opts.regimes();
     let total = opts.kinds.len() * regimes.len();
     let mut cells: Vec<WorkloadResult> = Vec::with_capacity(total);
@@ -97,7 +105,9 @@ pub async fn run(opts: &Options, ctx: &Context) -> anyhow::Result<Vec<WorkloadRe
             setup.regime = *regime;
             let tag = format!("m{}", cells.len());
             eprintln!("[{}/{total}] {} · {regime}", cells.len() + 1, setup.id);
-            let w = bench_with(&setup, &opts.arms, &tag, false, |l| eprintln!("  {l}")).await?;
+            let w = in_fresh_runtime(|| async {
+                bench_with(&setup, &opts.arms, &tag, false, |l| eprintln!("  {l}")).await
+            })?;
             for v in verdict::judge(&w) {
                 eprintln!(
                     "  => {} {}",
@@ -110,7 +120,7 @@ pub async fn run(opts: &Options, ctx: &Context) -> anyhow::Result<Vec<WorkloadRe
                 );
             }
             cells.push(w);
-            let md = report::markdown(ctx, &cells, started.elapsed().as_secs_f64());
+            let md = report::markdown(ctx, &build, &cells, started.elapsed().as_secs_f64());
             std::fs::write(&opts.out, md)
                 .with_context(|| format!("writing {}", opts.out.display()))?;
         }
@@ -122,4 +132,28 @@ pub async fn run(opts: &Options, ctx: &Context) -> anyhow::Result<Vec<WorkloadRe
         started.elapsed().as_secs_f64() / 60.0
     );
     Ok(cells)
+}
+
+/// Run `make()`'s future to its end on a new multi-threaded runtime, on a
+/// thread of its own (a runtime cannot start inside another), then drop the
+/// runtime and every task left on it.
+fn in_fresh_runtime<T, F, Fut>(make: F) -> anyhow::Result<T>
+where
+    T: Send,
+    F: FnOnce() -> Fut + Send,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()?;
+                let out = rt.block_on(make());
+                rt.shutdown_timeout(std::time::Duration::from_secs(1));
+                out
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("a matrix cell panicked"))?
+    })
 }

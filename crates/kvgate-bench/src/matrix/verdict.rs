@@ -11,8 +11,9 @@
 //! is reported beside it, and judged too ([`Verdict::client_ttft`]), so a
 //! reader sees where the two disagree. Throughput likewise: completed
 //! requests per simulated second on the instances' clock
-//! ([`crate::readback::engine_throughput`]; in the closed loop the longest
-//! client's sum of its requests' engine end-to-end times), the client's own
+//! ([`crate::readback::engine_throughput`]: each client or session replayed
+//! on the instances' end-to-end times and its think times; in the closed
+//! loop the longest client's sum of end-to-end times), the client's own
 //! figure beside it and judged in [`Verdict::client_throughput`].
 
 use crate::{Arm, RunResult, WorkloadResult};
