@@ -2,7 +2,7 @@
 //! `routing.svg` into `--out`, or with `--replicas` other than 1, `replicas.md`;
 //! with `--matrix`, the regime matrix's `matrix.md` (`matrix-slice.md` when
 //! narrowed by `--workload`, `--arrivals`, `--stream`, `--capacity` or
-//! `--strategies`).
+//! `--strategies`; `matrix-quick.md` with `--quick`).
 
 use std::path::PathBuf;
 
@@ -245,8 +245,11 @@ async fn run_matrix(
             .collect::<anyhow::Result<Vec<_>>>()?;
         sliced = true;
     }
+    // Only the whole matrix at its real size writes `matrix.md`.
     if sliced {
         opts.out = args.out.join("matrix-slice.md");
+    } else if args.quick {
+        opts.out = args.out.join("matrix-quick.md");
     }
     matrix::run(&opts, &host::context()).await?;
     Ok(())
