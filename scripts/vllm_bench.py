@@ -121,7 +121,7 @@ def empty_caches(urls, model):
         OpenAI(base_url=u + "/v1", api_key="unused").completions.create(model=model, prompt="Hi", max_tokens=1)
 
 
-def gateway_yaml(strategy, port, env):
+def gateway_yaml(strategy, port, env, prefix_length):
     urls = env["KVGATE_VLLM_URLS"].split(",")
     events = env["KVGATE_VLLM_EVENTS"].split(",")
     replay = env["KVGATE_VLLM_REPLAY"].split(",")
@@ -133,6 +133,9 @@ def gateway_yaml(strategy, port, env):
         f'server:\n  listen: "127.0.0.1:{port}"\nendpoints:\n  - name: vllm\n'
         f'    models: ["{env["KVGATE_VLLM_SERVED_MODEL"]}"]\n    instances:\n{"".join(lines)}'
         f"    routing:\n      strategy: {strategy}\n"
+        # The window must end inside the document, or prefix_aware keys each
+        # (document, question) pair apart and scatters a document's questions.
+        f"      prefix_length: {prefix_length}\n"
     )
     if strategy == "kv_aware":
         yaml += (
@@ -150,7 +153,7 @@ def run_pass(strategy, args, env, workdir, order, docs, rnd):
     port = free_port()
     cfg = os.path.join(workdir, f"{rnd}-{strategy}.yaml")
     with open(cfg, "w") as f:
-        f.write(gateway_yaml(strategy, port, env))
+        f.write(gateway_yaml(strategy, port, env, args.prefix_length))
     gw_log = open(os.path.join(workdir, f"{rnd}-{strategy}-kvgate.log"), "w")
     gw = subprocess.Popen(
         [os.path.join(REPO, "target/release/kvgate"), "serve", "--config", cfg],
@@ -246,13 +249,16 @@ def main():
     ap.add_argument("--strategies", default="prefix_aware,longest_prefix,kv_aware")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default=os.path.join(REPO, "bench/results/vllm.md"))
+    ap.add_argument("--prefix-length", type=int, default=1024, help="routing.prefix_length (characters; kvgate's minimum)")
+    ap.add_argument("--skip-build", action="store_true", help="use target/release/kvgate as it is")
     args = ap.parse_args()
 
     env = dict(os.environ)
     if not env.get("KVGATE_VLLM_SCRIPT"):
         env.update(shell_env(["bash", "scripts/vllm.sh"]))
-    log("building kvgate (release)")
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "kvgate"], cwd=REPO, check=True)
+    if not args.skip_build:
+        log("building kvgate (release)")
+        subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "kvgate"], cwd=REPO, check=True)
     log(f"starting 2 engines with {args.blocks} blocks each (about a minute)")
     env.update(shell_env(["bash", env["KVGATE_VLLM_SCRIPT"], "start", "2", "--blocks", str(args.blocks)]))
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -291,7 +297,8 @@ def report(args, runs, strategies, started):
         f"- Machine: {os.cpu_count()} logical cores ({cpu}), the engines on one core each, gateway and clients sharing them",
         "",
         f"Two vLLM 0.32 engines (CPU build, SmolLM2-135M-Instruct, `scripts/vllm.sh start 2 --blocks {args.blocks}`: "
-        f"{args.blocks} KV blocks of 32 tokens each, prefix caching, KV events) behind kvgate. Workload: {args.docs} documents of "
+        f"{args.blocks} KV blocks of 32 tokens each, prefix caching, KV events) behind kvgate (routing.prefix_length "
+        f"{args.prefix_length}, inside every document; every other setting each strategy's default). Workload: {args.docs} documents of "
         f"~{args.words} words as the system prompt × {args.questions} questions, shuffled, {args.clients} closed-loop clients, "
         f"streaming, {args.max_tokens} output tokens; {args.rounds} rounds with fresh documents, caches emptied and a fresh "
         "gateway before every pass. *Cached* is the engines' own `cached_tokens` ÷ `prompt_tokens`; TTFT is the client's; "
