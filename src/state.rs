@@ -70,11 +70,11 @@ impl Endpoint {
         let mut loads = Vec::with_capacity(self.instances.len());
         let mut seen = Vec::with_capacity(self.instances.len());
         for inst in &self.instances {
-            let mut full = lookup && inst.index.is_full();
-            let approx = if lookup {
-                inst.index.matched(&input.chain)
+            // One look under the index's lock: the match, and whether it is full.
+            let (approx, mut full) = if lookup {
+                inst.index.lookup(&input.chain)
             } else {
-                0
+                (0, false)
             };
             let (matched, s) = match kv {
                 None => (approx, Seen::default()),

@@ -250,11 +250,16 @@ impl BlockIndex {
     /// Whether what it holds fills (95% of) its capacity, so that anything
     /// new evicts something.
     pub fn is_full(&self) -> bool {
+        self.lock().lru.as_ref().is_some_and(full)
+    }
+
+    /// [`matched`](Self::matched) and [`is_full`](Self::is_full) under one lock.
+    pub fn lookup(&self, chain: &[u64]) -> (usize, bool) {
         let inner = self.lock();
         inner
             .lru
             .as_ref()
-            .is_some_and(|l| l.len() * 20 >= l.cap().get() * 19)
+            .map_or((0, false), |lru| (matched_in(lru, chain), full(lru)))
     }
 
     /// Forget everything (the instance restarted or reported a cleared cache).
@@ -263,6 +268,10 @@ impl BlockIndex {
             lru.clear();
         }
     }
+}
+
+fn full(lru: &LruCache<u64, Touch>) -> bool {
+    lru.len() * 20 >= lru.cap().get() * 19
 }
 
 /// Binary search for the first block not held: exact because the held set is
