@@ -92,7 +92,7 @@ impl Endpoint {
                             let cap = inst.index.capacity()
                                 * routing::cost::block_tokens(routing.block_chars);
                             let stored = sub.feed.held_blocks() * kv.block_size;
-                            full = stored * 20 >= cap * 19;
+                            full = routing::cost::fills(stored, cap);
                             let s = Seen {
                                 trust,
                                 from_events: true,

@@ -125,6 +125,12 @@ impl CostModel {
     }
 }
 
+/// Whether `held` fills `capacity` (95% of it, in any one unit), so that
+/// whatever is added evicts something: [`Load::cache_full`].
+pub fn fills(held: usize, capacity: usize) -> bool {
+    held.saturating_mul(20) >= capacity.saturating_mul(19)
+}
+
 /// Tokens one index block of `block_chars` characters stands for (at least 1).
 pub fn block_tokens(block_chars: usize) -> usize {
     (block_chars / CHARS_PER_TOKEN).max(1)

@@ -271,7 +271,7 @@ impl BlockIndex {
 }
 
 fn full(lru: &LruCache<u64, Touch>) -> bool {
-    lru.len() * 20 >= lru.cap().get() * 19
+    super::cost::fills(lru.len(), lru.cap().get())
 }
 
 /// Binary search for the first block not held: exact because the held set is
