@@ -1,4 +1,5 @@
-//! The HTTP routes vLLM serves (OpenAI and SageMaker), and their handlers.
+//! The HTTP routes vLLM serves (OpenAI, Anthropic Messages and SageMaker), and
+//! their handlers (the Messages ones in `messages/`).
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use crate::error::ApiError;
 use crate::request::{self, Parse};
 use crate::response::{self, Usage};
 use crate::server::SimServer;
-use crate::{metrics, sse};
+use crate::{messages, metrics, sse};
 
 /// Far above any prompt the KV cache could hold, but bounded.
 const BODY_LIMIT: usize = 64 * 1024 * 1024;
@@ -24,7 +25,8 @@ type Payload = Result<Bytes, BytesRejection>;
 
 impl SimServer {
     /// Every route: `POST /v1/chat/completions`, `/v1/completions`, `/invocations`,
-    /// `/v1/responses`, `/v1/embeddings`; `GET /v1/responses/{id}`;
+    /// `/v1/responses`, `/v1/embeddings`, `/v1/messages`,
+    /// `/v1/messages/count_tokens`; `GET /v1/responses/{id}`;
     /// `GET /ping`, `/health`, `/v1/models`, `/metrics`. Unknown paths and
     /// methods get an OpenAI-shaped 404 or 405.
     pub fn router(self: &Arc<Self>) -> Router {
@@ -35,6 +37,8 @@ impl SimServer {
             .route("/v1/responses", post(responses))
             .route("/v1/responses/{id}", get(retrieve))
             .route("/v1/embeddings", post(embeddings))
+            .route("/v1/messages", post(messages::create))
+            .route("/v1/messages/count_tokens", post(messages::count))
             .route("/ping", get(ok))
             .route("/health", get(ok))
             .route("/v1/models", get(models))

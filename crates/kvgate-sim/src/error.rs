@@ -1,5 +1,7 @@
 //! The one error type of the HTTP API, rendered in OpenAI's shape:
-//! `{"error": {"message", "type", "param", "code"}}`, with vLLM's type names.
+//! `{"error": {"message", "type", "param", "code"}}`, with vLLM's type names;
+//! on the Messages routes in Anthropic's (`{"type": "error", "error": {"type",
+//! "message"}}`, [`Anthropic`]).
 
 use axum::Json;
 use axum::extract::rejection::BytesRejection;
@@ -59,6 +61,35 @@ impl ApiError {
             "param": self.param,
             "code": self.status.as_u16(),
         }})
+    }
+
+    /// Anthropic's error type for this status.
+    fn anthropic_kind(&self) -> &'static str {
+        match self.status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            s if (400..500).contains(&s) => "invalid_request_error",
+            _ => "api_error",
+        }
+    }
+
+    /// The body in Anthropic's shape, also an SSE `error` event's data.
+    pub(crate) fn anthropic_body(&self) -> serde_json::Value {
+        json!({"type": "error", "error": {"type": self.anthropic_kind(), "message": self.message}})
+    }
+}
+
+/// An [`ApiError`] answered in Anthropic's shape (the Messages routes).
+#[derive(Debug)]
+pub(crate) struct Anthropic(pub ApiError);
+
+impl IntoResponse for Anthropic {
+    fn into_response(self) -> Response {
+        (self.0.status, Json(self.0.anthropic_body())).into_response()
     }
 }
 

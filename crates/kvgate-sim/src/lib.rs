@@ -1,9 +1,11 @@
 //! A simulated vLLM model server, faithful where prefix routing matters: its KV
 //! prefix cache, its continuous-batching scheduler and the time to first token
 //! (TTFT) that follows from them. It serves vLLM's HTTP API (OpenAI chat and
-//! completions, streaming or not, SageMaker `/invocations`, `/ping`, `/health`,
-//! `/v1/models`, and `/metrics` under vLLM's metric names), so kvgate's demo,
-//! integration tests and load benchmark can run a fleet of them in one process.
+//! completions, streaming or not, Anthropic Messages (`/v1/messages`, converted
+//! to a chat request as vLLM converts it, see `messages/`), SageMaker
+//! `/invocations`, `/ping`, `/health`, `/v1/models`, and `/metrics` under vLLM's
+//! metric names), so kvgate's demo, integration tests and load benchmark can run
+//! a fleet of them in one process.
 //!
 //! # The model
 //!
@@ -77,6 +79,7 @@ mod config;
 mod engine;
 mod error;
 mod kv_events;
+mod messages;
 mod metrics;
 mod request;
 mod response;
