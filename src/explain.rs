@@ -25,6 +25,7 @@ pub fn api_for_path(path: &str) -> Option<(Api, Option<String>)> {
     match path {
         "/v1/chat/completions" => Some((Api::Chat, None)),
         "/v1/completions" => Some((Api::Completions, None)),
+        "/v1/messages" => Some((Api::Messages, None)),
         _ => {
             let rest = path.strip_prefix("/endpoints/")?;
             let (name, tail) = rest.split_once('/')?;

@@ -53,6 +53,12 @@ pub fn kv_prompt(
     let tok = &kv.tokenizer;
     let tokens = match api {
         Api::Chat => tok.chat(body, limit),
+        Api::Messages => match crate::anthropic::chat::as_chat(body, tok.requires_system_first()) {
+            Some(chat) => tok.chat(&chat, limit),
+            None => Err(kvgate_tokenize::TokenizeError::BadMessages(
+                "a Messages conversation kvgate does not mirror".into(),
+            )),
+        },
         Api::Completions => tok.completion(body.get("prompt")?, limit),
         Api::Native => {
             if body.get("messages").is_some() {

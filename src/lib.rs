@@ -13,6 +13,7 @@
 //! slot, fails over while nothing has reached the client, and streams the
 //! answer back. Tests and `main` both enter through [`serve`].
 
+pub mod anthropic;
 pub mod api;
 pub mod cluster;
 pub mod config;

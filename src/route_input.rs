@@ -95,6 +95,8 @@ impl RouteInput {
 pub struct Analysis {
     pub input: RouteInput,
     pub window: Vec<u8>,
+    /// The session hint the key was taken from instead of the window.
+    pub session: Option<String>,
 }
 
 impl Route {
@@ -103,6 +105,7 @@ impl Route {
         match api {
             Api::Chat => Route::Chat,
             Api::Completions => Route::Completions,
+            Api::Messages => Route::Messages,
             Api::Native => Route::Native,
         }
     }
@@ -112,6 +115,7 @@ pub fn api_label(api: Api) -> &'static str {
     match api {
         Api::Chat => "chat",
         Api::Completions => "completions",
+        Api::Messages => "messages",
         Api::Native => "native",
     }
 }
@@ -224,7 +228,7 @@ pub fn analyse_route(
     check_content_type(headers)?;
     let partition_header = header_partition(headers)?;
     let value = kvgate_prefix::parse_strict(&body).map_err(|e| json_error(&e))?;
-    let (endpoint, model, stream, partition_body) = match api {
+    let (endpoint, model, stream, partition_body, session) = match api {
         Api::Native => {
             let name = endpoint_name.unwrap_or_default();
             let ep = runtime.endpoint(name).ok_or_else(|| {
@@ -241,9 +245,9 @@ pub fn analyse_route(
                 .get("stream")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-            (Arc::clone(ep), model, stream, None)
+            (Arc::clone(ep), model, stream, None, None)
         }
-        Api::Chat | Api::Completions => {
+        Api::Chat | Api::Completions | Api::Messages => {
             let obj = value
                 .as_object()
                 .ok_or_else(|| invalid("body", "the request body must be a JSON object"))?;
@@ -264,7 +268,15 @@ pub fn analyse_route(
                 Some(Value::Bool(b)) => *b,
                 Some(_) => return Err(invalid("stream", "`stream` must be a boolean")),
             };
+            if route == Route::Messages {
+                crate::anthropic::request::check_max_tokens(obj)?;
+            }
+            let session = match api {
+                Api::Messages => crate::anthropic::request::session(obj)?,
+                _ => None,
+            };
             let pck = match obj.get("prompt_cache_key") {
+                _ if api == Api::Messages => None,
                 None | Some(Value::Null) => None,
                 // Control characters (NUL above all) could blur the key's
                 // field boundaries; no legitimate user or session id has them.
@@ -276,7 +288,7 @@ pub fn analyse_route(
                     ));
                 }
             };
-            (Arc::clone(ep), Some(model), stream, pck)
+            (Arc::clone(ep), Some(model), stream, pck, session)
         }
     };
     let routing = &endpoint.config.routing;
@@ -311,6 +323,7 @@ pub fn analyse_route(
                 ..RouteInput::unkeyed(route, endpoint, placement)
             },
             window: Vec::new(),
+            session,
         });
     }
     let prompt = crate::openai::input::prompt_of(route, &value)?;
@@ -323,6 +336,9 @@ pub fn analyse_route(
     let value_ref: &Value = &prompt;
     let mut window = match api {
         Api::Chat => kvgate_prefix::chat_window(value_ref, scan)
+            .map_err(|e| invalid(&e.param, e.message))?
+            .into_bytes(),
+        Api::Messages => kvgate_prefix::messages_window(value_ref, scan)
             .map_err(|e| invalid(&e.param, e.message))?
             .into_bytes(),
         Api::Completions => kvgate_prefix::completions_window(value_ref, scan)
@@ -395,7 +411,13 @@ pub fn analyse_route(
     };
     let key_len = key_window_len(api, &window, routing.prefix_length);
     window.truncate(key_len);
-    let key = kvgate_prefix::routing_key(tenant, &partition, &window);
+    let key = match &session {
+        // A session hint keys the session, not its prompt, so that its first
+        // turns, whose window still grows, stay together. U+0001 cannot occur
+        // in a partition, so no partition's key equals a session's.
+        Some(s) => kvgate_prefix::routing_key(tenant, &format!("{partition}\u{1}{s}"), b""),
+        None => kvgate_prefix::routing_key(tenant, &partition, &window),
+    };
     let has_cache_salt = value.get("cache_salt").is_some();
     Ok(Analysis {
         input: RouteInput {
@@ -418,6 +440,7 @@ pub fn analyse_route(
             admission: None,
         },
         window,
+        session,
     })
 }
 

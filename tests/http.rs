@@ -1,7 +1,7 @@
 //! What crosses the gateway: streams byte for byte and chunk by chunk,
 //! cancellation when the client leaves, headers, `/v1/models`, and every kind
-//! of bad input answered with a 4xx in the route's shape (OpenAI's, or SageMaker's on
-//! `/endpoints/*`) and nothing forwarded.
+//! of bad input answered with a 4xx in the route's shape (OpenAI's, SageMaker's on
+//! `/endpoints/*`, Anthropic's on `/v1/messages*`) and nothing forwarded.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -9,6 +9,8 @@
     reason = "test code: a failure is a failed test"
 )]
 
+#[path = "http/anthropic.rs"]
+mod anthropic;
 mod common;
 #[path = "http/dashboards.rs"]
 mod dashboards;

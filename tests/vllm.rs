@@ -29,5 +29,7 @@ mod engines;
 mod events;
 #[path = "vllm/gateway.rs"]
 mod gateway;
+#[path = "vllm/messages.rs"]
+mod messages;
 #[path = "vllm/traffic.rs"]
 mod traffic;

@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
         "content-type",
         axum::http::HeaderValue::from_static("application/json"),
     );
-    for api in [Api::Chat, Api::Completions, Api::Native] {
+    for api in [Api::Chat, Api::Completions, Api::Messages, Api::Native] {
         let body = Bytes::copy_from_slice(data);
         match kvgate::route_input::analyse(rt, api, Some("chat"), &headers, body, "tenant") {
             Err(e) => assert!(e.status().is_client_error(), "{api:?}: {e}"),

@@ -48,6 +48,13 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
             post(proxy::handle),
         ),
         ("post", "/v1/completions", Inference, post(proxy::handle)),
+        ("post", "/v1/messages", Inference, post(proxy::handle)),
+        (
+            "post",
+            "/v1/messages/count_tokens",
+            Inference,
+            post(proxy::handle),
+        ),
         ("post", "/v1/responses", Inference, post(proxy::handle)),
         ("post", "/v1/embeddings", Inference, post(proxy::handle)),
         ("post", "/tokenize", Inference, post(proxy::handle)),

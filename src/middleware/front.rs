@@ -7,16 +7,33 @@
 //! ([`super::framing`]), a path the route extractors cannot decode
 //! ([`super::path`]); then the request goes on. On SageMaker's routes every
 //! error, whichever of these or of the layers below raised it, is re-rendered
-//! in SageMaker's shape (`sagemaker::error`).
+//! in SageMaker's shape (`sagemaker::error`), and on Anthropic's in its shape
+//! (`anthropic::error`).
 
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::sagemaker::error::{is_sagemaker_path, reshape};
+use crate::anthropic::error::is_anthropic_path;
+use crate::sagemaker::error::is_sagemaker_path;
+
+/// The error wire of a route, from its path.
+#[derive(Clone, Copy)]
+enum Wire {
+    OpenAi,
+    SageMaker,
+    Anthropic,
+}
 
 pub async fn front(mut req: Request, next: Next) -> Response {
-    let sagemaker = is_sagemaker_path(req.uri().path());
+    let path = req.uri().path();
+    let wire = if is_sagemaker_path(path) {
+        Wire::SageMaker
+    } else if is_anthropic_path(path) {
+        Wire::Anthropic
+    } else {
+        Wire::OpenAi
+    };
     let refused = match crate::conn::render::refused(&mut req) {
         Some(e) => Err(e),
         None => super::framing::check(&req).and_then(|()| super::path::check(&req)),
@@ -25,5 +42,9 @@ pub async fn front(mut req: Request, next: Next) -> Response {
         Ok(()) => next.run(req).await,
         Err(e) => e.into_response(),
     };
-    if sagemaker { reshape(resp) } else { resp }
+    match wire {
+        Wire::OpenAi => resp,
+        Wire::SageMaker => crate::sagemaker::error::reshape(resp),
+        Wire::Anthropic => crate::anthropic::error::reshape(resp),
+    }
 }

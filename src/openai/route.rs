@@ -21,6 +21,10 @@ pub enum Route {
     Rerank,
     Pooling,
     Transcriptions,
+    /// Anthropic `POST /v1/messages`.
+    Messages,
+    /// Anthropic `POST /v1/messages/count_tokens`.
+    CountTokens,
 }
 
 /// How the instance is chosen.
@@ -38,7 +42,7 @@ pub enum Placement {
 
 impl Route {
     /// Every route, for metrics present from start-up.
-    pub const ALL: [Route; 12] = [
+    pub const ALL: [Route; 14] = [
         Route::Chat,
         Route::Completions,
         Route::Native,
@@ -51,6 +55,8 @@ impl Route {
         Route::Rerank,
         Route::Pooling,
         Route::Transcriptions,
+        Route::Messages,
+        Route::CountTokens,
     ];
 
     /// The route a matched path template is.
@@ -66,6 +72,8 @@ impl Route {
             "/v1/rerank" => Self::Rerank,
             "/pooling" => Self::Pooling,
             "/v1/audio/transcriptions" => Self::Transcriptions,
+            "/v1/messages" => Self::Messages,
+            "/v1/messages/count_tokens" => Self::CountTokens,
             t if t.starts_with("/v1/responses/") => Self::ResponseById,
             // `/invocations`: SageMaker's container contract, the first endpoint's Invoke.
             t if t.starts_with("/endpoints/") || t == "/invocations" => Self::Native,
@@ -87,6 +95,8 @@ impl Route {
             Self::Rerank => "rerank",
             Self::Pooling => "pooling",
             Self::Transcriptions => "transcriptions",
+            Self::Messages => "messages",
+            Self::CountTokens => "count_tokens",
         }
     }
 
@@ -105,6 +115,8 @@ impl Route {
             Self::Rerank => "/v1/rerank",
             Self::Pooling => "/pooling",
             Self::Transcriptions => "/v1/audio/transcriptions",
+            Self::Messages => "/v1/messages",
+            Self::CountTokens => "/v1/messages/count_tokens",
         }
     }
 
@@ -113,6 +125,7 @@ impl Route {
     pub fn api(self) -> Api {
         match self {
             Self::Chat | Self::Responses | Self::ResponseById => Api::Chat,
+            Self::Messages | Self::CountTokens => Api::Messages,
             Self::Native => Api::Native,
             _ => Api::Completions,
         }
@@ -122,7 +135,12 @@ impl Route {
     pub fn reads_prompt(self) -> bool {
         matches!(
             self,
-            Self::Chat | Self::Completions | Self::Native | Self::Responses | Self::Embeddings
+            Self::Chat
+                | Self::Completions
+                | Self::Native
+                | Self::Responses
+                | Self::Embeddings
+                | Self::Messages
         )
     }
 
@@ -130,7 +148,7 @@ impl Route {
     pub fn uses_strategy(self) -> bool {
         matches!(
             self,
-            Self::Chat | Self::Completions | Self::Native | Self::Responses
+            Self::Chat | Self::Completions | Self::Native | Self::Responses | Self::Messages
         )
     }
 }

@@ -89,7 +89,8 @@ impl Tenancy {
         self.cluster.as_ref()
     }
 
-    /// Who is calling, from `Authorization: Bearer …`; 401 if it doesn't say.
+    /// Who is calling, from `Authorization: Bearer …` or `x-api-key` (see
+    /// [`credential`]); 401 if it doesn't say.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Tenant, ApiError> {
         if matches!(self.config.auth, AuthConfig::None) {
             if self.config.sigv4.is_some() {
@@ -100,7 +101,7 @@ impl Tenancy {
             }
             return Ok(Tenant::anonymous());
         }
-        let token = bearer(headers)?;
+        let token = credential(headers)?;
         let id = match &self.config.auth {
             AuthConfig::None => return Ok(Tenant::anonymous()),
             AuthConfig::ApiKeys(keys) => keys
@@ -256,6 +257,49 @@ pub struct Admitted {
     pub headers: quota::RateHeaders,
 }
 
+/// Anthropic's SDKs send their key in this header instead of `Authorization`.
+const API_KEY_HEADER: &str = "x-api-key";
+
+/// A tenant's credential: `Authorization: Bearer …`, or `x-api-key: …` as
+/// Anthropic's SDKs (and Claude Code) send it; the same tenants either way.
+/// Both may be sent only when they carry the same credential: which one would
+/// win is not something a caller should have to guess.
+pub(crate) fn credential(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let key = api_key(headers)?;
+    if !headers.contains_key(header::AUTHORIZATION) {
+        return key.ok_or_else(missing_credentials);
+    }
+    let token = bearer(headers)?;
+    match key {
+        Some(k) if k != token => Err(invalid_credentials(
+            "Authorization and x-api-key carry different credentials",
+        )),
+        _ => Ok(token),
+    }
+}
+
+/// The value of a single `x-api-key` header, if sent.
+fn api_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let mut all = headers.get_all(API_KEY_HEADER).iter();
+    let Some(value) = all.next() else {
+        return Ok(None);
+    };
+    if all.next().is_some() {
+        return Err(invalid_credentials("send exactly one x-api-key header"));
+    }
+    if value.len() > MAX_CREDENTIAL_LEN {
+        return Err(invalid_credentials("the credential is too long"));
+    }
+    let key = value
+        .to_str()
+        .map_err(|_| invalid_credentials("the x-api-key header is not ASCII"))?
+        .trim();
+    if key.is_empty() || key.contains(' ') {
+        return Err(invalid_credentials("x-api-key must hold one key"));
+    }
+    Ok(Some(key))
+}
+
 /// The token of a single `Authorization: Bearer …` header.
 pub(crate) fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
     let mut all = headers.get_all(header::AUTHORIZATION).iter();
@@ -285,7 +329,7 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
 fn missing_credentials() -> ApiError {
     ApiError::new(
         ErrorKind::Unauthorized,
-        "no credentials: send Authorization: Bearer <token>",
+        "no credentials: send Authorization: Bearer <token> (or x-api-key: <token>)",
     )
     .with_header(
         header::WWW_AUTHENTICATE,
@@ -323,6 +367,22 @@ mod tests {
         let mut m = HeaderMap::new();
         m.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
         m
+    }
+
+    #[test]
+    fn x_api_key_is_a_credential_too() {
+        let mut m = HeaderMap::new();
+        m.insert(API_KEY_HEADER, HeaderValue::from_static("k1"));
+        assert_eq!(credential(&m).unwrap(), "k1");
+        m.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k1"));
+        assert_eq!(credential(&m).unwrap(), "k1");
+        m.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k2"));
+        assert!(credential(&m).is_err());
+        m.remove(header::AUTHORIZATION);
+        m.append(API_KEY_HEADER, HeaderValue::from_static("k1"));
+        assert!(credential(&m).is_err());
+        assert!(credential(&HeaderMap::new()).is_err());
+        assert_eq!(credential(&h("Bearer abc")).unwrap(), "abc");
     }
 
     #[test]

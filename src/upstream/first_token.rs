@@ -1,7 +1,9 @@
 //! Time to first token, seen in a streamed answer as it passes: the first SSE
 //! `data:` event of chat, completions and native streams (vLLM sends its first
-//! chunk after prefill), and for the Responses API the first `*.delta` event
-//! (its `response.created` and `response.in_progress` come before any token).
+//! chunk after prefill); for the Responses API the first `*.delta` event
+//! (its `response.created` and `response.in_progress` come before any token),
+//! for the Messages API the first `*_delta` (`content_block_delta`; its
+//! `message_start`, `content_block_start` and `ping` may come before).
 //!
 //! Hand-written for the same reason as [`super::usage`]: two byte patterns,
 //! looked for across chunk boundaries, without holding a byte back.
@@ -18,7 +20,8 @@ const TAIL: usize = 64;
 pub enum TokenEvent {
     /// Any `data:` event.
     Data,
-    /// An event whose `type` ends in `.delta` (Responses API).
+    /// An event whose `type` ends in `.delta` (Responses API) or `_delta`
+    /// (Messages API).
     Delta,
 }
 
@@ -54,20 +57,31 @@ impl FirstToken {
     }
 }
 
-/// A `"type":"….delta"` member. Client text cannot forge one: a quote inside a
+/// A `"type":"….delta"` or `"type":"…_delta"` member. Client text cannot forge one: a quote inside a
 /// JSON string is escaped, so `"type":"` only matches a real member.
 fn has_delta_type(hay: &[u8]) -> bool {
     memmem::find_iter(hay, TYPE).any(|at| {
         let rest = &hay[at + TYPE.len()..];
-        rest.iter()
-            .position(|&b| b == b'"')
-            .is_some_and(|end| rest[..end].ends_with(b".delta"))
+        rest.iter().position(|&b| b == b'"').is_some_and(|end| {
+            let ty = &rest[..end];
+            ty.ends_with(b".delta") || ty.ends_with(b"_delta")
+        })
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_streams_count_the_first_content_delta() {
+        let mut f = FirstToken::new(TokenEvent::Delta);
+        assert!(!f.feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[]}}\n\n"));
+        assert!(!f.feed(b"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"));
+        assert!(!f.feed(b"event: ping\ndata: {\"type\": \"ping\"}\n\n"));
+        assert!(!f.feed(b"event: content_block_delta\ndata: {\"type\":\"content_block_"));
+        assert!(f.feed(b"delta\",\"index\":0}\n\n"));
+    }
 
     #[test]
     fn chat_streams_count_the_first_data_event() {

@@ -406,7 +406,7 @@ fn client_response(
     );
     let keepalive = keepalive.filter(|_| is_sse).map(KeepAlive::new);
     let event = match route {
-        Route::Responses | Route::ResponseById => TokenEvent::Delta,
+        Route::Responses | Route::ResponseById | Route::Messages => TokenEvent::Delta,
         _ => TokenEvent::Data,
     };
     let first_token = is_sse.then(|| (FirstToken::new(event), started));

@@ -21,7 +21,8 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 
 /// Headers for the upstream request: the client's minus hop-by-hop headers,
 /// those named in `Connection`, `Host`, `Content-Length` (recomputed) and
-/// `Authorization` (the client's credential is for kvgate, not the upstream).
+/// `Authorization` and `x-api-key` (the client's credential is for kvgate,
+/// not the upstream).
 pub fn upstream_request(client: &HeaderMap) -> HeaderMap {
     let named_by_connection: Vec<String> = client
         .get_all(header::CONNECTION)
@@ -35,6 +36,8 @@ pub fn upstream_request(client: &HeaderMap) -> HeaderMap {
             || name == header::HOST
             || name == header::CONTENT_LENGTH
             || name == header::AUTHORIZATION
+            // Anthropic's SDKs send their key here.
+            || name.as_str() == "x-api-key"
             // An AWS session token is a credential too (SigV4 clients send it).
             || name.as_str() == "x-amz-security-token"
             || named_by_connection.iter().any(|n| n == name.as_str())

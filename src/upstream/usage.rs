@@ -13,15 +13,30 @@ use memchr::memmem::FinderRev;
 const PROMPT: &[u8] = b"\"prompt_tokens\":";
 const CACHED: &[u8] = b"\"cached_tokens\":";
 const COMPLETION: &[u8] = b"\"completion_tokens\":";
-/// The Responses API's names for the same two counts.
+/// The Responses and Messages APIs' names for the same two counts.
 const INPUT: &[u8] = b"\"input_tokens\":";
 const OUTPUT: &[u8] = b"\"output_tokens\":";
+/// The Messages API's cached prompt tokens. There `input_tokens` counts only
+/// the rest: the prompt is `input + cache_read + cache_creation` (vLLM's
+/// `_build_anthropic_usage` follows Anthropic's definition).
+const CACHE_READ: &[u8] = b"\"cache_read_input_tokens\":";
+const CACHE_CREATION: &[u8] = b"\"cache_creation_input_tokens\":";
 /// The searchers, built once: building one per search was most of the cost.
-static FIND: LazyLock<[FinderRev<'static>; 5]> =
-    LazyLock::new(|| [PROMPT, INPUT, COMPLETION, OUTPUT, CACHED].map(FinderRev::new));
+static FIND: LazyLock<[FinderRev<'static>; 7]> = LazyLock::new(|| {
+    [
+        PROMPT,
+        INPUT,
+        COMPLETION,
+        OUTPUT,
+        CACHED,
+        CACHE_READ,
+        CACHE_CREATION,
+    ]
+    .map(FinderRev::new)
+});
 
 /// Longest pattern plus room for a 20-digit number and whitespace.
-const TAIL: usize = 48;
+const TAIL: usize = 64;
 
 /// Tokens an upstream reported for one request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -40,6 +55,9 @@ pub struct UsageScanner {
     prompt: Option<u64>,
     cached: Option<u64>,
     completion: Option<u64>,
+    /// Messages API: `cache_read_input_tokens`, `cache_creation_input_tokens`.
+    cache_read: Option<u64>,
+    cache_creation: Option<u64>,
     tail: Vec<u8>,
 }
 
@@ -57,7 +75,7 @@ impl UsageScanner {
     }
 
     fn scan(&mut self, hay: &[u8]) {
-        let [prompt, input, completion, output, cached] = &*FIND;
+        let [prompt, input, completion, output, cached, read, creation] = &*FIND;
         for pat in [prompt, input] {
             if let Some(v) = last_number_after(hay, pat) {
                 self.prompt = Some(v);
@@ -71,15 +89,35 @@ impl UsageScanner {
         if let Some(v) = last_number_after(hay, cached) {
             self.cached = Some(v);
         }
+        if let Some(v) = last_number_after(hay, read) {
+            self.cache_read = Some(v);
+        }
+        if let Some(v) = last_number_after(hay, creation) {
+            self.cache_creation = Some(v);
+        }
     }
 
     /// What was reported, if the response carried a usage object.
     pub fn usage(&self) -> Option<Usage> {
-        self.prompt.map(|p| Usage {
-            prompt_tokens: p,
-            cached_tokens: self.cached.unwrap_or(0),
-            cached_reported: self.cached.is_some(),
-            completion_tokens: self.completion.unwrap_or(0),
+        let anthropic = self.cache_read.is_some() || self.cache_creation.is_some();
+        self.prompt.map(|p| match anthropic {
+            false => Usage {
+                prompt_tokens: p,
+                cached_tokens: self.cached.unwrap_or(0),
+                cached_reported: self.cached.is_some(),
+                completion_tokens: self.completion.unwrap_or(0),
+            },
+            true => {
+                let read = self.cache_read.unwrap_or(0);
+                Usage {
+                    prompt_tokens: p
+                        .saturating_add(read)
+                        .saturating_add(self.cache_creation.unwrap_or(0)),
+                    cached_tokens: read,
+                    cached_reported: self.cache_read.is_some(),
+                    completion_tokens: self.completion.unwrap_or(0),
+                }
+            }
         })
     }
 }
@@ -155,6 +193,44 @@ data: [DONE]
                 cached_tokens: 32,
                 cached_reported: true,
                 completion_tokens: 7
+            })
+        );
+    }
+
+    #[test]
+    fn reads_the_messages_api_usage_where_input_excludes_the_cached() {
+        let stream = br#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":40,"output_tokens":0,"cache_read_input_tokens":960}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":40,"output_tokens":12,"cache_read_input_tokens":960}}
+
+"#;
+        let want = Usage {
+            prompt_tokens: 1000,
+            cached_tokens: 960,
+            cached_reported: true,
+            completion_tokens: 12,
+        };
+        for cut in (1..stream.len()).step_by(7) {
+            let mut s = UsageScanner::default();
+            s.feed(&stream[..cut]);
+            s.feed(&stream[cut..]);
+            assert_eq!(s.usage(), Some(want), "cut at {cut}");
+        }
+        // Without prompt-token details vLLM sends no cache fields: nothing known cached.
+        let mut s = UsageScanner::default();
+        s.feed(br#"{"type":"message","usage":{"input_tokens":7,"output_tokens":3}}"#);
+        assert_eq!(
+            s.usage(),
+            Some(Usage {
+                prompt_tokens: 7,
+                cached_tokens: 0,
+                cached_reported: false,
+                completion_tokens: 3
             })
         );
     }

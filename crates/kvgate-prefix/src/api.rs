@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::window::{ShapeError, chat_window, completions_window, native_window};
+use crate::window::{ShapeError, chat_window, completions_window, messages_window, native_window};
 
 /// Which API a body belongs to; it decides how the window is taken and in what
 /// unit `prefix_length` counts.
@@ -12,6 +12,8 @@ pub enum Api {
     Chat,
     /// OpenAI `POST /v1/completions`: window in characters, see [`crate::completions_window`].
     Completions,
+    /// Anthropic `POST /v1/messages`: window in characters, see [`crate::messages_window`].
+    Messages,
     /// SageMaker-style Invoke of an arbitrary JSON body: window in bytes, see
     /// [`crate::native_window`].
     Native,
@@ -22,7 +24,7 @@ impl Api {
     /// bytes, as SageMaker's `PrefixLength` does for the OpenAI-compatible API.
     pub fn counts_chars(self) -> bool {
         match self {
-            Api::Chat | Api::Completions => true,
+            Api::Chat | Api::Completions | Api::Messages => true,
             Api::Native => false,
         }
     }
@@ -39,6 +41,7 @@ impl Api {
         match self {
             Api::Chat => chat_window(body, prefix_length).map(String::into_bytes),
             Api::Completions => completions_window(body, prefix_length).map(String::into_bytes),
+            Api::Messages => messages_window(body, prefix_length).map(String::into_bytes),
             Api::Native => Ok(native_window(body, prompt_members, prefix_length)),
         }
     }

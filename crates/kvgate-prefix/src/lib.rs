@@ -4,7 +4,7 @@
 //! The gateway's canonicalise layer runs, per request:
 //!
 //! ```text
-//! bytes ─parse_strict─► Value ─{chat,completions,native}_window─► window ─routing_key─► u64
+//! bytes ─parse_strict─► Value ─{chat,messages,completions,native}_window─► window ─routing_key─► u64
 //!                                                                   └─block_chain─► [u64] (cache-aware routing)
 //! ```
 //!
@@ -30,6 +30,6 @@ pub use key::routing_key;
 pub use parse::{MAX_DEPTH, parse_strict};
 pub use partition::{MAX_PARTITION_ID_CHARS, is_valid_partition_id};
 pub use window::{
-    DEFAULT_PROMPT_MEMBERS, ShapeError, chat_window, completions_window, default_prompt_members,
-    native_window,
+    DEFAULT_PROMPT_MEMBERS, MESSAGE_BLOCK_TYPES, ShapeError, chat_window, completions_window,
+    default_prompt_members, messages_window, native_window,
 };

@@ -43,6 +43,8 @@ pub struct PromptTokenizer {
     templates: ChatTemplates,
     /// bos_token, eos_token, … as the template sees them.
     specials: Vec<(&'static str, String)>,
+    /// [`PromptTokenizer::requires_system_first`], probed once.
+    system_first: std::sync::OnceLock<bool>,
 }
 
 /// Token ids of a prompt, at most `limit` of them.
@@ -155,6 +157,7 @@ impl PromptTokenizer {
             backend: Backend::new(model),
             templates: ChatTemplates::compile(templates)?,
             specials,
+            system_first: std::sync::OnceLock::new(),
         })
     }
 
@@ -263,6 +266,27 @@ impl PromptTokenizer {
             }
         }
         template.render(Value::from_pairs(context))
+    }
+
+    /// Whether the chat template refuses a system message after the first
+    /// turn (Qwen's `loop.first` guard), probed as vLLM's Messages endpoint
+    /// probes it (`_detect_merge_inline_system`): render system, user, system,
+    /// user with the default and the tool-use template; either failing, or no
+    /// template at all, means inline system messages are merged into the
+    /// leading one. Probed once, on first use.
+    pub fn requires_system_first(&self) -> bool {
+        *self.system_first.get_or_init(|| {
+            let probe = serde_json::json!([
+                {"role": "system", "content": "t"},
+                {"role": "user", "content": "t"},
+                {"role": "system", "content": "t"},
+                {"role": "user", "content": "t"},
+            ]);
+            let plain = serde_json::json!({"messages": probe, "add_generation_prompt": false});
+            let tools =
+                serde_json::json!({"messages": probe, "tools": [], "add_generation_prompt": false});
+            self.render_chat(&plain).is_err() || self.render_chat(&tools).is_err()
+        })
     }
 
     /// Plain encode. (A tokenizer error, which byte-level BPE does not raise,

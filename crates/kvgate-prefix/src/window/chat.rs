@@ -27,11 +27,11 @@ use super::ShapeError;
 use super::budget::{CharBudget, ESC};
 use crate::canonical::write_until;
 
-const SUB: char = '\u{1a}';
-const FS: char = '\u{1c}';
-const GS: char = '\u{1d}';
-const RS: char = '\u{1e}';
-const US: char = '\u{1f}';
+pub(super) const SUB: char = '\u{1a}';
+pub(super) const FS: char = '\u{1c}';
+pub(super) const GS: char = '\u{1d}';
+pub(super) const RS: char = '\u{1e}';
+pub(super) const US: char = '\u{1f}';
 
 // The escape must sit in the reserved range the budget escapes.
 const _: () = assert!(ESC as u32 == 0x1b && SUB as u32 == 0x1a && US as u32 == 0x1f);
@@ -143,7 +143,7 @@ fn push_part(window: &mut CharBudget, part: &Value, i: usize, j: usize) -> Resul
     Ok(())
 }
 
-fn push_canonical(window: &mut CharBudget, value: &Value) {
+pub(super) fn push_canonical(window: &mut CharBudget, value: &Value) {
     let mut json = Vec::new();
     // n characters take at most 4n bytes: serialise no further than that.
     write_until(value, &mut json, window.remaining().saturating_mul(4));

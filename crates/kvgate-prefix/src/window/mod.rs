@@ -4,10 +4,12 @@
 mod budget;
 mod chat;
 mod completions;
+mod messages;
 mod native;
 mod shape_error;
 
 pub use chat::chat_window;
 pub use completions::completions_window;
+pub use messages::{MESSAGE_BLOCK_TYPES, messages_window};
 pub use native::{DEFAULT_PROMPT_MEMBERS, default_prompt_members, native_window};
 pub use shape_error::ShapeError;
