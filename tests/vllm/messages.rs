@@ -91,13 +91,16 @@ async fn an_agents_turn_is_keyed_with_vllms_own_tokens_and_followed_on_its_event
     assert_eq!(status, 200, "{text}");
     assert_eq!(counted["input_tokens"].as_u64(), Some(theirs.len() as u64));
 
-    // The turn through the gateway; usage reads the engine's prompt whole.
+    // The turn through the gateway. vLLM splits the prompt Anthropic's way:
+    // tokens read from cache, tokens it stored new, and the rest.
     let (status, answer, text) = post(&gw, "/v1/messages", &body).await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(answer["type"], "message", "{answer}");
     let u = &answer["usage"];
-    let prompt =
-        u["input_tokens"].as_u64().unwrap() + u["cache_read_input_tokens"].as_u64().unwrap_or(0);
+    let prompt = ["input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"]
+        .iter()
+        .map(|k| u[k].as_u64().unwrap_or(0))
+        .sum::<u64>();
     assert_eq!(prompt, theirs.len() as u64, "{answer}");
 
     // Block by block, the engine's stored blocks match every gateway key.
@@ -132,16 +135,26 @@ async fn an_agents_turn_is_keyed_with_vllms_own_tokens_and_followed_on_its_event
     assert_eq!(events.first(), Some(&"message_start"), "{sse}");
     assert_eq!(events.last(), Some(&"message_stop"), "{sse}");
     assert!(events.contains(&"message_delta"), "{sse}");
-    let start: Value = sse
+    // vLLM's message_start does not know the cache yet; message_delta does.
+    let delta: Value = sse
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
-        .find_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["type"] == "message_delta")
         .unwrap();
-    let cached = start["message"]["usage"]["cache_read_input_tokens"]
+    let cached = delta["usage"]["cache_read_input_tokens"]
         .as_u64()
         .unwrap_or(0);
     assert!(
         cached >= (want - 2) * super::engines::BLOCK as u64,
-        "the follow-up turn found only {cached} cached tokens: {start}"
+        "the follow-up turn found only {cached} cached tokens: {delta}"
     );
+    // The gateway read the same: its cached-token counter grew by as much.
+    let m = gw.metrics().await;
+    let total: f64 = m
+        .lines()
+        .filter(|l| l.starts_with("kvgate_upstream_cached_tokens_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(total >= cached as f64, "{total} < {cached}: {m}");
 }
