@@ -4,7 +4,7 @@
 
 use super::*;
 
-async fn python(script: &str, args: &[&str], stdin: Option<String>) -> String {
+pub(super) async fn python(script: &str, args: &[&str], stdin: Option<String>) -> String {
     use tokio::io::AsyncWriteExt;
     let mut child = tokio::process::Command::new("python3")
         .arg(script)
