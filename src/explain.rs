@@ -112,7 +112,9 @@ pub fn explain(
             ),
         });
     }
-    if input.partition.is_empty() {
+    if let Some(session) = &analysis.session {
+        notes.push(format!("session hint {session:?} (metadata.user_id): the key is the session's, not the window's, so its turns stay together while the prompt grows"));
+    } else if input.partition.is_empty() {
         notes.push("no partition: set prompt_cache_key or X-Amzn-SageMaker-Prefix-Aware-Id to split one prefix's traffic by user or session".to_owned());
     }
     let name = |i: &usize| ids.get(*i).copied().unwrap_or("?");
@@ -133,6 +135,7 @@ pub fn explain(
             }),
         },
         "partition": input.partition,
+        "session": analysis.session,
         "window": {
             "unit": unit,
             "length": length,

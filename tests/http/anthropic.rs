@@ -407,6 +407,7 @@ async fn a_session_stays_on_one_instance_while_its_prefix_grows_and_never_crosse
                 .explain("/v1/messages", Some(credential), &turn(Some("s-1"), 1))
                 .await;
             let v: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+            assert_eq!(v["session"], "s-1", "{v}");
             v["key"].clone()
         }
     };
