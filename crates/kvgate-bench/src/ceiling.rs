@@ -13,10 +13,11 @@ use kvgate_sim::{SimConfig, spawn};
 use kvgate_tokenize::PromptTokenizer;
 use serde_json::Value;
 
-/// Hit rate (cached ÷ prompt tokens) of `bodies` on one infinite cache that
-/// tokenizes with `tokenizer` (`None`: 4-byte chunks).
+/// Hit rate (cached ÷ prompt tokens) of `bodies` (each with the path it was
+/// sent to) on one infinite cache that tokenizes with `tokenizer` (`None`:
+/// 4-byte chunks).
 pub async fn ceiling(
-    bodies: &[Bytes],
+    bodies: &[(&'static str, Bytes)],
     tokenizer: Option<Arc<PromptTokenizer>>,
 ) -> anyhow::Result<f64> {
     let cfg = SimConfig {
@@ -28,13 +29,8 @@ pub async fn ceiling(
     };
     let sim = spawn(cfg, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
     let client = reqwest::Client::builder().no_proxy().build()?;
-    for body in bodies {
+    for (path, body) in bodies {
         let mut v: Value = serde_json::from_slice(body).context("a recorded body")?;
-        let path = if v.get("messages").is_some() {
-            "/v1/chat/completions"
-        } else {
-            "/v1/completions"
-        };
         // One output token and no stream: only the prompt matters here.
         if let Some(obj) = v.as_object_mut() {
             obj.insert("max_tokens".to_owned(), Value::from(1));

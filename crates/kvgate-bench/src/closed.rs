@@ -30,10 +30,10 @@ use crate::workload::Session;
 pub async fn drive(target: &Target, sessions: &[Session], clients: usize) -> Vec<Record> {
     let t0 = Instant::now();
     let target = Arc::new(target.clone());
-    let sessions: Arc<[Session]> = sessions.to_vec().into();
-    let per = run_clients(clients, sessions, move |session: Session| {
+    let sessions: Arc<[(usize, Session)]> = sessions.iter().cloned().enumerate().collect();
+    let per = run_clients(clients, sessions, move |(id, session): (usize, Session)| {
         let target = Arc::clone(&target);
-        async move { play(&target, &session, t0, false).await }
+        async move { play(&target, id, &session, t0, false).await }
     })
     .await;
     let mut records = Vec::new();

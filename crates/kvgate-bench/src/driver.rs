@@ -1,7 +1,8 @@
 //! Plays a workload's sessions against a gateway on the simulated clock: each
 //! session starts at its time (scaled to real time), sends its turns one after
 //! another, and for chat keeps the history with the answers as received
-//! (streamed or whole). A sub-agent ([`Fork`]) plays on a copy of its parent's
+//! (streamed or whole), over OpenAI chat or Anthropic Messages
+//! ([`crate::conversation`]). A sub-agent ([`Fork`]) plays on a copy of its parent's
 //! history after the parent's turn it branches from; the parent goes on after
 //! it. With several gateway replicas every request goes to the next one in
 //! turn, as a round-robin balancer in front of them would send it. This is the
@@ -14,12 +15,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kvgate_sim::block_text;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::client::{self, Outcome};
-use crate::regime::Arrivals;
+use crate::conversation::{Conversation, streaming};
+use crate::regime::{Api, Arrivals};
 use crate::workload::{Content, Fork, Session, Turn};
 
 /// Mooncake's block size in tokens.
@@ -45,8 +47,8 @@ pub struct Record {
     /// seconds), when the instance's log has it ([`crate::run`] fills it).
     pub engine: Option<(f64, f64)>,
     pub outcome: Outcome,
-    /// The body sent, when the run records them (for the ceiling pass).
-    pub body: Option<Bytes>,
+    /// The path and body sent, when the run records them (for the ceiling pass).
+    pub body: Option<(&'static str, Bytes)>,
 }
 
 /// Where and how to send.
@@ -64,6 +66,8 @@ pub struct Target {
     pub record_bodies: bool,
     /// `stream: true` (and usage in the last chunk) or a whole JSON answer.
     pub stream: bool,
+    /// The API chat sessions speak.
+    pub api: Api,
 }
 
 impl Target {
@@ -95,7 +99,7 @@ pub async fn drive(target: &Target, sessions: &[Session]) -> Vec<Record> {
         let at = t0 + scale(session.start, target.time_scale);
         tasks.spawn(async move {
             tokio::time::sleep_until(at).await;
-            let mut records = play(&target, &session, t0, true).await;
+            let mut records = play(&target, chain, &session, t0, true).await;
             for r in &mut records {
                 (r.chain, r.chain_start) = (chain, session.start);
             }
@@ -111,13 +115,18 @@ pub async fn drive(target: &Target, sessions: &[Session]) -> Vec<Record> {
     records
 }
 
-/// Play one session and its sub-agents, one request at a time; `think`:
-/// wait each turn's think time first (open loop) or not (closed loop).
-pub async fn play(target: &Target, session: &Session, t0: Instant, think: bool) -> Vec<Record> {
-    let mut history: Vec<Value> = Vec::new();
-    if let Some(system) = &session.system {
-        history.push(json!({"role": "system", "content": &**system}));
-    }
+/// Play one session (`id`: its index in the workload) and its sub-agents,
+/// one request at a time; `think`: wait each turn's think time first (open
+/// loop) or not (closed loop).
+pub async fn play(
+    target: &Target,
+    id: usize,
+    session: &Session,
+    t0: Instant,
+    think: bool,
+) -> Vec<Record> {
+    let session_id = format!("kvgate-bench-session-{id}");
+    let mut history = Conversation::new(target.api, session.system.clone(), session_id);
     let mut records = Vec::with_capacity(session.turns.len());
     for (index, turn) in session.turns.iter().enumerate() {
         if !one(target, &mut history, turn, index, t0, think, &mut records).await {
@@ -133,13 +142,13 @@ pub async fn play(target: &Target, session: &Session, t0: Instant, think: bool) 
 /// A sub-agent's turns on a copy of its parent's history.
 async fn sub_agent(
     target: &Target,
-    parent: &[Value],
+    parent: &Conversation,
     fork: &Fork,
     t0: Instant,
     think: bool,
     records: &mut Vec<Record>,
 ) {
-    let mut history = parent.to_vec();
+    let mut history = parent.clone();
     for (i, turn) in fork.turns.iter().enumerate() {
         let index = fork.after + 1 + i;
         if !one(target, &mut history, turn, index, t0, think, records).await {
@@ -151,7 +160,7 @@ async fn sub_agent(
 /// Send one turn and record it; whether it succeeded.
 async fn one(
     target: &Target,
-    history: &mut Vec<Value>,
+    history: &mut Conversation,
     turn: &Turn,
     index: usize,
     t0: Instant,
@@ -165,10 +174,15 @@ async fn one(
     let body = Bytes::from(body);
     let url = format!("{}{path}", target.base());
     let sent = t0.elapsed();
-    let outcome = client::send(&target.client, &url, body.clone(), chat, target.stream).await;
+    let api = if path == "/v1/messages" {
+        Api::Messages
+    } else {
+        Api::OpenAi
+    };
+    let outcome = client::send(&target.client, &url, body.clone(), chat, target.stream, api).await;
     let ok = outcome.error.is_none();
     if chat {
-        history.push(json!({"role": "assistant", "content": &outcome.text}));
+        history.answer(&outcome.text);
     }
     records.push(Record {
         sent,
@@ -178,7 +192,7 @@ async fn one(
         think: if think { turn.think } else { Duration::ZERO },
         engine: None,
         outcome,
-        body: target.record_bodies.then_some(body),
+        body: target.record_bodies.then_some((path, body)),
     });
     ok
 }
@@ -186,19 +200,14 @@ async fn one(
 /// The path, body and whether it is chat (whose answer joins the history).
 fn request(
     target: &Target,
-    history: &mut Vec<Value>,
+    history: &mut Conversation,
     turn: &Turn,
 ) -> (&'static str, Vec<u8>, bool) {
     match &turn.content {
-        Content::Chat(user) => {
-            history.push(json!({"role": "user", "content": user}));
-            let body = json!({
-                "model": target.model,
-                "messages": history,
-                "max_tokens": turn.max_tokens,
-            });
-            let body = streaming(body, target.stream);
-            ("/v1/chat/completions", body.to_string().into_bytes(), true)
+        Content::Chat(user) | Content::ToolResult(user) => {
+            history.user(user, matches!(turn.content, Content::ToolResult(_)));
+            let (path, body) = history.request(&target.model, turn.max_tokens, target.stream);
+            (path, body.to_string().into_bytes(), true)
         }
         Content::Trace { hash_ids, tokens } => {
             let body = json!({
@@ -210,17 +219,6 @@ fn request(
             ("/v1/completions", body.to_string().into_bytes(), false)
         }
     }
-}
-
-/// `stream: true` with usage in the last chunk, or `stream: false`.
-fn streaming(mut body: Value, stream: bool) -> Value {
-    if let Some(obj) = body.as_object_mut() {
-        obj.insert("stream".to_owned(), Value::Bool(stream));
-        if stream {
-            obj.insert("stream_options".to_owned(), json!({"include_usage": true}));
-        }
-    }
-    body
 }
 
 /// `block_text(id, 512)` for each id, cut to `tokens` simulated tokens.

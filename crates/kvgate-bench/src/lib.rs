@@ -22,12 +22,18 @@
 //! [`matrix`] runs the same comparison over a matrix of load regimes
 //! ([`regime`]: open or closed loop ([`closed`]), streaming or not, KV capacity
 //! learned or unknown) and writes `matrix.md` with a verdict a cell.
+//!
+//! Chat sessions go over OpenAI chat or Anthropic Messages ([`regime::Api`],
+//! [`conversation`]); [`agents`] runs the coding-agent workload under every
+//! strategy over both and writes `agents.md`.
 
+pub mod agents;
 pub mod arm;
 pub mod ceiling;
 pub mod chart;
 pub mod client;
 pub mod closed;
+pub mod conversation;
 pub mod driver;
 pub mod fleet;
 pub mod gateway_config;
@@ -43,7 +49,7 @@ pub mod tokenizer;
 pub mod workload;
 
 pub use arm::Arm;
-pub use regime::{Arrivals, Capacity, Regime};
+pub use regime::{Api, Arrivals, Capacity, Regime};
 pub use run::RunResult;
 pub use workload::{Kind, Setup};
 

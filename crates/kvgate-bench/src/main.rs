@@ -1,8 +1,10 @@
 //! `kvgate-loadbench`: run the routing benchmark and write `routing.md` and
 //! `routing.svg` into `--out`, or with `--replicas` other than 1, `replicas.md`;
 //! with `--matrix`, the regime matrix's `matrix.md` (`matrix-slice.md` when
-//! narrowed by `--workload`, `--arrivals`, `--stream`, `--capacity` or
-//! `--strategies`; `matrix-quick.md` with `--quick`).
+//! narrowed by `--workload`, `--arrivals`, `--stream`, `--capacity`, `--api` or
+//! `--strategies`; `matrix-quick.md` with `--quick`); with `--agents`, the
+//! agent benchmark's `agents.md` (`agents-slice.md` when narrowed by `--api`
+//! or `--strategies`, `agents-quick.md` with `--quick`).
 
 use std::path::PathBuf;
 
@@ -10,7 +12,7 @@ use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 use kvgate_bench::matrix::{self, Options};
 use kvgate_bench::report;
-use kvgate_bench::{Arm, Arrivals, Capacity, Kind, Regime, bench, chart, host};
+use kvgate_bench::{Api, Arm, Arrivals, Capacity, Kind, Regime, agents, bench, chart, host};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum WorkloadArg {
@@ -56,6 +58,15 @@ struct Args {
     /// `prefix_aware`, `longest_prefix` and `kv_aware`) into `matrix.md`.
     #[arg(long)]
     matrix: bool,
+    /// Run the agent benchmark (the coding-agent workload, every strategy,
+    /// over OpenAI chat and Anthropic Messages) into `agents.md`.
+    #[arg(long, conflicts_with = "matrix")]
+    agents: bool,
+    /// The API chat sessions are sent over: `openai` (chat completions, the
+    /// default) or `messages` (Anthropic's `/v1/messages`, as Claude Code
+    /// sends it). With `--matrix` or `--agents`, a list narrows it.
+    #[arg(long, value_delimiter = ',')]
+    api: Vec<String>,
     /// Arrivals: `open` (Poisson, the default) or `closed:N` (N clients, each
     /// sending when its last request answers). With `--matrix`, a list
     /// narrows the matrix (default `open,closed:1,closed:4,closed:8,closed:32`).
@@ -129,25 +140,34 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("--capacity {c:?}: configured, learned or unknown"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let apis = args
+        .api
+        .iter()
+        .map(|a| Api::parse(a).with_context(|| format!("--api {a:?}: openai or messages")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     if args.matrix {
-        return run_matrix(&args, arrivals, capacities).await;
+        return run_matrix(&args, arrivals, capacities, apis).await;
     }
-    if arrivals.len() > 1 || args.stream.len() > 1 || capacities.len() > 1 {
-        anyhow::bail!("one --arrivals, --stream and --capacity each without --matrix");
+    if args.agents {
+        if !(arrivals.is_empty() && args.stream.is_empty() && capacities.is_empty()) {
+            anyhow::bail!("--agents runs open loop, streamed, capacity configured");
+        }
+        return run_agents(&args, apis).await;
+    }
+    if arrivals.len() > 1 || args.stream.len() > 1 || capacities.len() > 1 || apis.len() > 1 {
+        anyhow::bail!("one --arrivals, --stream, --capacity and --api each without --matrix");
     }
     let mut regime = Regime::default();
     regime.arrivals = arrivals.first().copied().unwrap_or(regime.arrivals);
     regime.stream = args.stream.first().copied().unwrap_or(regime.stream);
     regime.capacity = capacities.first().copied().unwrap_or(regime.capacity);
+    regime.api = apis.first().copied().unwrap_or(regime.api);
     let mut kinds: Vec<Kind> = args.workload.iter().flat_map(|w| w.kinds()).collect();
     kinds.dedup();
     let arms = if args.strategies.is_empty() {
         Arm::ALL.to_vec()
     } else {
-        args.strategies
-            .iter()
-            .map(|s| Arm::parse(s).with_context(|| format!("unknown strategy {s:?}")))
-            .collect::<anyhow::Result<Vec<_>>>()?
+        parse_arms(&args.strategies)?
     };
     if !(args.cache_scale.is_finite() && args.cache_scale > 0.0) {
         anyhow::bail!("--cache-scale must be a positive number");
@@ -215,6 +235,7 @@ async fn run_matrix(
     args: &Args,
     arrivals: Vec<Arrivals>,
     capacities: Vec<Capacity>,
+    apis: Vec<Api>,
 ) -> anyhow::Result<()> {
     let mut opts = Options::full(args.traces.clone(), args.out.join("matrix.md"));
     opts.quick = args.quick;
@@ -237,12 +258,12 @@ async fn run_matrix(
         opts.capacities = capacities;
         sliced = true;
     }
+    if !apis.is_empty() {
+        opts.apis = apis;
+        sliced = true;
+    }
     if !args.strategies.is_empty() {
-        opts.arms = args
-            .strategies
-            .iter()
-            .map(|s| Arm::parse(s).with_context(|| format!("unknown strategy {s:?}")))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        opts.arms = parse_arms(&args.strategies)?;
         sliced = true;
     }
     // Only the whole matrix at its real size writes `matrix.md`.
@@ -253,4 +274,33 @@ async fn run_matrix(
     }
     matrix::run(&opts, &host::context()).await?;
     Ok(())
+}
+
+/// `--agents`: every strategy over both APIs, or the slice `--api` and
+/// `--strategies` narrow it to.
+async fn run_agents(args: &Args, apis: Vec<Api>) -> anyhow::Result<()> {
+    let mut opts = agents::Options::full(args.traces.clone(), args.out.join("agents.md"));
+    opts.quick = args.quick;
+    opts.seed = args.seed;
+    let sliced = !apis.is_empty() || !args.strategies.is_empty();
+    if !apis.is_empty() {
+        opts.apis = apis;
+    }
+    if !args.strategies.is_empty() {
+        opts.arms = parse_arms(&args.strategies)?;
+    }
+    if sliced {
+        opts.out = args.out.join("agents-slice.md");
+    } else if args.quick {
+        opts.out = args.out.join("agents-quick.md");
+    }
+    agents::run(&opts, &host::context()).await?;
+    Ok(())
+}
+
+fn parse_arms(names: &[String]) -> anyhow::Result<Vec<Arm>> {
+    names
+        .iter()
+        .map(|s| Arm::parse(s).with_context(|| format!("unknown strategy {s:?}")))
+        .collect()
 }

@@ -68,8 +68,8 @@ pub fn decisions(samples: &[prom::Sample], endpoint: &str) -> Vec<(String, u64)>
 }
 
 /// Give each record its TTFT and end-to-end time on its instance's clock,
-/// found by its response's id (`{chatcmpl,cmpl}-{instance name}-{serial}`)
-/// in `logs` (one an instance, named `names[i]`). Requests the run did not
+/// found by its response's id (`{chatcmpl,cmpl}-{instance name}-{serial}`,
+/// or a message's `msg_{instance name}-{serial}`) in `logs` (one an instance, named `names[i]`). Requests the run did not
 /// send (`kv_aware`'s probes) are never looked up.
 pub fn attach_engine_times(records: &mut [Record], names: &[String], logs: &[Latencies]) {
     let mut times: HashMap<(usize, u64), (Option<f64>, Option<f64>)> = HashMap::new();
@@ -82,11 +82,11 @@ pub fn attach_engine_times(records: &mut [Record], names: &[String], logs: &[Lat
         }
     }
     for r in records {
-        let found = r
-            .outcome
-            .id
-            .split_once('-')
-            .and_then(|(_, rest)| rest.rsplit_once('-'))
+        let id = &r.outcome.id;
+        let found = id
+            .strip_prefix("msg_")
+            .or_else(|| id.split_once('-').map(|(_, rest)| rest))
+            .and_then(|rest| rest.rsplit_once('-'))
             .and_then(|(name, serial)| {
                 let i = names.iter().position(|n| n == name)?;
                 times.get(&(i, serial.parse().ok()?))
@@ -129,4 +129,50 @@ pub fn engine_throughput(records: &[Record]) -> Option<f64> {
         last = last.max(end);
     }
     Some(done.len() as f64 / (last - first).max(1e-9))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::client::Outcome;
+
+    fn record(id: &str) -> Record {
+        Record {
+            sent: Duration::ZERO,
+            turn: 0,
+            chain: 0,
+            chain_start: Duration::ZERO,
+            think: Duration::ZERO,
+            engine: None,
+            outcome: Outcome {
+                id: id.to_owned(),
+                ..Outcome::default()
+            },
+            body: None,
+        }
+    }
+
+    #[test]
+    fn chat_completion_and_message_ids_find_their_engine_times() {
+        let names = ["sim-0".to_owned(), "sim-1".to_owned()];
+        let log = |serial: u64, t: f64| Latencies {
+            ttft: vec![(serial, t)],
+            e2e: vec![(serial, 2.0 * t)],
+        };
+        let logs = [log(3, 0.5), log(7, 0.25)];
+        let mut records = [
+            record("chatcmpl-sim-1-7"),
+            record("msg_sim-0-3"),
+            record("cmpl-sim-0-3"),
+            record("msg_sim-1-3"),
+        ];
+        attach_engine_times(&mut records, &names, &logs);
+        let engine: Vec<_> = records.iter().map(|r| r.engine).collect();
+        assert_eq!(
+            engine,
+            [Some((0.25, 0.5)), Some((0.5, 1.0)), Some((0.5, 1.0)), None]
+        );
+    }
 }

@@ -1,8 +1,9 @@
 //! The load regime a run is measured under: how requests arrive (open-loop
 //! Poisson on the workload's own clock, or a fixed number of closed-loop
-//! clients), whether answers stream, and whether the gateway is told each
+//! clients), whether answers stream, whether the gateway is told each
 //! instance's KV capacity, learns it from the engine, or has to assume its
-//! default. [`Regime::default`] is what `routing.md` has always measured.
+//! default, and which API the sessions speak (OpenAI chat or Anthropic
+//! Messages). [`Regime::default`] is what `routing.md` has always measured.
 
 use std::fmt;
 
@@ -86,7 +87,38 @@ impl fmt::Display for Capacity {
     }
 }
 
-/// Arrivals, streaming and capacity of one run.
+/// The API a run's chat sessions are sent over (trace prompts are always
+/// completions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Api {
+    /// `POST /v1/chat/completions`.
+    OpenAi,
+    /// Anthropic's `POST /v1/messages` ([`crate::conversation`]).
+    Messages,
+}
+
+impl Api {
+    pub const BOTH: [Api; 2] = [Api::OpenAi, Api::Messages];
+
+    pub fn parse(text: &str) -> Option<Api> {
+        match text.trim() {
+            "openai" => Some(Api::OpenAi),
+            "messages" => Some(Api::Messages),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Api::OpenAi => "openai",
+            Api::Messages => "messages",
+        })
+    }
+}
+
+/// Arrivals, streaming, capacity and API of one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Regime {
     pub arrivals: Arrivals,
@@ -94,6 +126,7 @@ pub struct Regime {
     /// "TTFT" is the time to the whole answer).
     pub stream: bool,
     pub capacity: Capacity,
+    pub api: Api,
 }
 
 impl Default for Regime {
@@ -102,10 +135,12 @@ impl Default for Regime {
             arrivals: Arrivals::Open,
             stream: true,
             capacity: Capacity::Configured,
+            api: Api::OpenAi,
         }
     }
 }
 
+/// `open · stream · capacity configured`, with ` · messages` when not OpenAI.
 impl fmt::Display for Regime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -114,7 +149,11 @@ impl fmt::Display for Regime {
             self.arrivals,
             if self.stream { "stream" } else { "no-stream" },
             self.capacity
-        )
+        )?;
+        match self.api {
+            Api::OpenAi => Ok(()),
+            api => write!(f, " · {api}"),
+        }
     }
 }
 
@@ -135,6 +174,17 @@ mod tests {
         assert_eq!(
             Regime::default().to_string(),
             "open · stream · capacity configured"
+        );
+        for api in Api::BOTH {
+            assert_eq!(Api::parse(&api.to_string()), Some(api));
+        }
+        let messages = Regime {
+            api: Api::Messages,
+            ..Regime::default()
+        };
+        assert_eq!(
+            messages.to_string(),
+            "open · stream · capacity configured · messages"
         );
     }
 }

@@ -63,8 +63,8 @@ pub struct RunResult {
     pub routing_p50: Option<f64>,
     pub routing_p99: Option<f64>,
     pub wall: Duration,
-    /// The bodies sent, in send order, when asked for.
-    pub bodies: Vec<bytes::Bytes>,
+    /// The paths and bodies sent, in send order, when asked for.
+    pub bodies: Vec<(&'static str, bytes::Bytes)>,
 }
 
 impl RunResult {
@@ -119,6 +119,7 @@ pub async fn run(
         time_scale: setup.sim.time_scale,
         record_bodies,
         stream: setup.regime.stream,
+        api: setup.regime.api,
     };
     let started = Instant::now();
     let mut records = driver::run(&target, &setup.sessions, setup.regime.arrivals).await;

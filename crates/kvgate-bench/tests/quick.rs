@@ -199,3 +199,40 @@ async fn a_quick_matrix_slice_runs_closed_loop_unstreamed_with_unknown_capacity(
     assert!(md.contains("P90 latency (whole answer)"), "{md}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quick_agent_benchmark_runs_every_strategy_over_chat_and_messages() {
+    use kvgate_bench::{Api, agents};
+    let dir = std::env::temp_dir().join(format!("kvgate-agents-{}", std::process::id()));
+    let mut opts = agents::Options::full(traces(), dir.join("agents.md"));
+    opts.quick = true;
+    let ctx = Context {
+        command: "test".to_owned(),
+        date: "today".to_owned(),
+        machine: "test".to_owned(),
+    };
+    let results = agents::run(&opts, &ctx).await.unwrap();
+    assert_eq!(results.len(), 2);
+    for (w, api) in results.iter().zip(Api::BOTH) {
+        assert_eq!(w.regime.api, api);
+        assert!(w.ceiling > 0.0 && w.token_ceiling.is_some(), "{api}");
+        assert_eq!(w.runs.len(), agents::ARMS.len());
+        for r in &w.runs {
+            let what = format!("{api} {}", r.arm.label());
+            assert_eq!(r.failed, 0, "{what}: {:?}", r.first_error);
+            assert_eq!(r.requests, w.requests, "{what}");
+            // The clients read the same cached tokens from Anthropic's usage
+            // as the instances counted, and every answer's id found its times.
+            assert_eq!(r.cached_tokens, r.usage_cached_tokens, "{what}");
+            assert!(r.engine_requests_per_s.is_some_and(|x| x > 0.0), "{what}");
+            assert!(r.hit_rate > 0.0, "{what}");
+        }
+    }
+    let md = std::fs::read_to_string(dir.join("agents.md")).unwrap();
+    assert!(md.contains("| messages | kv_aware |"), "{md}");
+    assert!(
+        md.contains("## Messages against chat, strategy by strategy"),
+        "{md}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

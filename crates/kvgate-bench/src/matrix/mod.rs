@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use crate::regime::{Arrivals, Capacity, Regime};
+use crate::regime::{Api, Arrivals, Capacity, Regime};
 use crate::report::Context;
 use crate::workload::Kind;
 use crate::{Arm, WorkloadResult, bench_with};
@@ -38,6 +38,8 @@ pub struct Options {
     pub arrivals: Vec<Arrivals>,
     pub streams: Vec<bool>,
     pub capacities: Vec<Capacity>,
+    /// The APIs sessions are sent over (OpenAI chat alone by default).
+    pub apis: Vec<Api>,
     pub arms: Vec<Arm>,
     /// Seconds, not minutes (CI smoke).
     pub quick: bool,
@@ -55,6 +57,7 @@ impl Options {
             arrivals: Arrivals::MATRIX.to_vec(),
             streams: vec![true, false],
             capacities: Capacity::MATRIX.to_vec(),
+            apis: vec![Api::OpenAi],
             arms: ARMS.to_vec(),
             quick: false,
             seed: 7,
@@ -69,11 +72,14 @@ impl Options {
         for &arrivals in &self.arrivals {
             for &stream in &self.streams {
                 for &capacity in &self.capacities {
-                    out.push(Regime {
-                        arrivals,
-                        stream,
-                        capacity,
-                    });
+                    for &api in &self.apis {
+                        out.push(Regime {
+                            arrivals,
+                            stream,
+                            capacity,
+                            api,
+                        });
+                    }
                 }
             }
         }
@@ -137,7 +143,7 @@ pub async fn run(opts: &Options, ctx: &Context) -> anyhow::Result<Vec<WorkloadRe
 /// Run `make()`'s future to its end on a new multi-threaded runtime, on a
 /// thread of its own (a runtime cannot start inside another), then drop the
 /// runtime and every task left on it.
-fn in_fresh_runtime<T, F, Fut>(make: F) -> anyhow::Result<T>
+pub(crate) fn in_fresh_runtime<T, F, Fut>(make: F) -> anyhow::Result<T>
 where
     T: Send,
     F: FnOnce() -> Fut + Send,

@@ -182,7 +182,7 @@ fn row(s: &mut String, w: &WorkloadResult, r: &RunResult, v: Option<&Verdict>) {
     );
 }
 
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .map(|t| t.split_whitespace().take(3).collect::<Vec<_>>().join(", "))

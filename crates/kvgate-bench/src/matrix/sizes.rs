@@ -69,7 +69,7 @@ pub fn footprint(sessions: &[Session]) -> (usize, usize) {
         for t in s.turns.iter().chain(forks) {
             let answer = t.max_tokens as usize;
             match &t.content {
-                Content::Chat(m) => {
+                Content::Chat(m) | Content::ToolResult(m) => {
                     distinct += m.len() / bpt + answer;
                     context += m.len() / bpt + answer;
                     largest = largest.max(context);

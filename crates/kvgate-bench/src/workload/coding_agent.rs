@@ -16,7 +16,9 @@
 //! definitions' text folded into it), a task (median 300 tokens), then turns
 //! whose user message is a tool result (log-normal, median 600 tokens, 30–8,000)
 //! and whose answer is a tool call (median 80 tokens). As in Anthropic's
-//! Messages API, tool results travel in user messages. Open loop only: the
+//! Messages API, tool results travel in user messages: over chat as plain user
+//! messages, over Messages (`--api messages`) as `tool_result` blocks answering
+//! the previous answer sent back as a `tool_use` block ([`crate::conversation`]). Open loop only: the
 //! tool's run time (log-normal, median 1.5 s) passes between an answer and the
 //! next turn. Sub-agents fork the parent's history after one of its turns
 //! (a delegation message, then a few tool-result turns of their own) and the
@@ -174,7 +176,11 @@ fn turn(rng: &mut impl Rng, next_id: &mut u64, median: f64, tool: bool) -> Turn 
             Duration::ZERO
         },
         max_tokens: log_normal(rng, 80.0, 0.7, 16.0, 600.0) as u32,
-        content: Content::Chat(block_text(*next_id, tokens as usize)),
+        content: if tool {
+            Content::ToolResult(block_text(*next_id, tokens as usize))
+        } else {
+            Content::Chat(block_text(*next_id, tokens as usize))
+        },
     }
 }
 
@@ -207,7 +213,9 @@ mod tests {
                 s.turns
                     .iter()
                     .map(|t| match &t.content {
-                        Content::Chat(m) => m.len() + 4 * t.max_tokens as usize,
+                        Content::Chat(m) | Content::ToolResult(m) => {
+                            m.len() + 4 * t.max_tokens as usize
+                        }
                         Content::Trace { .. } => 0,
                     })
                     .sum::<usize>()

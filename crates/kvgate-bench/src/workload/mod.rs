@@ -55,6 +55,10 @@ pub struct Turn {
 pub enum Content {
     /// A chat user message, appended to the session's history (and the answer after it).
     Chat(String),
+    /// A tool's output answering the previous answer, a tool call (coding
+    /// agents): over chat the same user message as [`Content::Chat`]; over
+    /// Messages a `tool_result` block for that answer's `tool_use` block.
+    ToolResult(String),
     /// A completions prompt rebuilt from Mooncake block ids: `block_text(id, 512)`
     /// for each id, cut to `tokens` simulated tokens.
     Trace { hash_ids: Vec<u64>, tokens: usize },

@@ -1,0 +1,152 @@
+//! `agents.md`: how it was run, the workload and where its shape comes from,
+//! one table of every strategy over both APIs, and each strategy's figures
+//! over Messages against its figures over chat.
+
+use std::fmt::Write as _;
+
+use crate::matrix::report::load_average;
+use crate::regime::Api;
+use crate::report::{Context, ms};
+use crate::{RunResult, WorkloadResult};
+
+/// The whole report over `results` (one an API, in run order).
+pub fn markdown(ctx: &Context, build: &str, results: &[WorkloadResult], elapsed_s: f64) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# Coding agents through kvgate: every strategy over chat and Messages\n"
+    );
+    let _ = writeln!(
+        s,
+        "Written by `kvgate-loadbench --agents` (`crates/kvgate-bench`, `src/agents/`), for \
+         issue 21.\n"
+    );
+    let _ = writeln!(s, "- Command: `{}`", ctx.command);
+    let _ = writeln!(s, "- Date: {}", ctx.date);
+    let _ = writeln!(s, "- Machine: {}", ctx.machine);
+    let _ = writeln!(s, "- Build: {build}");
+    let _ = writeln!(
+        s,
+        "- Wall time {:.1} min; load average (1, 5, 15 min) at the end: {}\n",
+        elapsed_s / 60.0,
+        load_average()
+    );
+    workload(&mut s, results);
+    table(&mut s, results);
+    against_chat(&mut s, results);
+    s
+}
+
+fn workload(s: &mut String, results: &[WorkloadResult]) {
+    let _ = writeln!(s, "## The workload\n");
+    if let Some(w) = results.first() {
+        let _ = writeln!(s, "{}\n", w.description);
+    }
+    let _ = writeln!(
+        s,
+        "Its shape follows the published coding-agent traces (`coding_agent.rs`, and \
+         `shared/papers.md`, \"Agent traffic\"): the SemiAnalysis/WEKA Claude Code traces \
+         (every request resends a ~10k-token system-and-tools prefix, sessions grow to tens \
+         of thousands of tokens over dozens of turns, sub-agents branch off them, 96–98% of \
+         prompt blocks reusable on one infinite cache), the Mooncake FAST'25 tool-and-agent \
+         trace (mean input 8,596 tokens) and llm-d's Claude Code run (91.4% prefill hit \
+         against a 93.9% ceiling). Tool results dominate each session's growth; answers are \
+         tool calls.\n"
+    );
+    let _ = writeln!(
+        s,
+        "*openai*: each turn a `POST /v1/chat/completions` with the whole history (the \
+         shared prefix as the system message). *messages*: each turn a `POST /v1/messages` \
+         as Claude Code sends it (`x-api-key`, `anthropic-version: 2023-06-01`, `max_tokens`, \
+         the shared prefix as the top-level `system`, a tool result as a `tool_result` block \
+         answering the previous answer, which goes back as a `tool_use` block, \
+         `metadata.user_id` = the session's id, shared by its sub-agents). The instances \
+         (`kvgate-sim`) convert a Messages request to the chat prompt vLLM 0.32 renders for \
+         it, so both APIs carry the same conversations; their prompts differ only in how a \
+         tool call and its result are framed.\n"
+    );
+    let _ = writeln!(
+        s,
+        "Every (API, strategy) run gets a fresh fleet and gateway, in one process on \
+         127.0.0.1: open loop (sessions at their Poisson times, tool run times between \
+         turns), `stream: true`, `cache_tokens` configured. *cached* is the instances' own \
+         cached ÷ prompt tokens; *ceiling* the same requests (the first strategy's bodies, \
+         in send order) on one instance with an infinite cache; `kv_aware`'s instances \
+         tokenize with SmolLM2 and count those tokens, so its share is against the ceiling \
+         counted the same way. *P50 / P90 TTFT*: each request's time from arrival at its \
+         instance to its first token on the simulated clock, exact. *client P90*: the time \
+         to the first SSE event as the client saw it, which also holds the real overheads \
+         (HTTP, the gateway, tokenizing for `kv_aware`) of this shared machine magnified by \
+         1/time_scale. *req/s*: completed requests per simulated second, each session \
+         replayed on its requests' engine times. *wall*: real seconds of the run.\n"
+    );
+}
+
+fn table(s: &mut String, results: &[WorkloadResult]) {
+    let _ = writeln!(s, "## Results\n");
+    let _ = writeln!(
+        s,
+        "| API | strategy | cached | ceiling | of ceiling | P50 TTFT | P90 TTFT | client P90 | req/s | moved | wall | failed |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for w in results {
+        for r in &w.runs {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.1}% | {:.1}% | {:.1}% | {} | {} | {} | {} | {} | {:.1} s | {} |",
+                w.regime.api,
+                r.arm.label(),
+                100.0 * r.hit_rate,
+                100.0 * w.ceiling_of(r.arm),
+                100.0 * w.of_ceiling(r),
+                ms(r.engine_ttft_exact.0),
+                ms(r.engine_ttft_exact.1),
+                ms(r.ttft_p90),
+                r.engine_requests_per_s
+                    .map_or_else(|| "–".to_owned(), |x| format!("{x:.2}")),
+                r.moved(),
+                r.wall.as_secs_f64(),
+                failed(r),
+            );
+        }
+    }
+    let _ = writeln!(s);
+}
+
+fn failed(r: &RunResult) -> String {
+    match &r.first_error {
+        Some(e) if r.failed > 0 => format!("{} ({})", r.failed, e.replace('|', "/")),
+        _ => r.failed.to_string(),
+    }
+}
+
+/// Each strategy over Messages against itself over chat.
+fn against_chat(s: &mut String, results: &[WorkloadResult]) {
+    let by_api = |api: Api| results.iter().find(|w| w.regime.api == api);
+    let (Some(chat), Some(messages)) = (by_api(Api::OpenAi), by_api(Api::Messages)) else {
+        return;
+    };
+    let _ = writeln!(s, "## Messages against chat, strategy by strategy\n");
+    let _ = writeln!(
+        s,
+        "| strategy | of ceiling (chat → messages) | P90 TTFT (chat → messages) | client P90 (chat → messages) |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|");
+    for m in &messages.runs {
+        let Some(c) = chat.run(m.arm) else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {:.1}% → {:.1}% | {} → {} | {} → {} |",
+            m.arm.label(),
+            100.0 * chat.of_ceiling(c),
+            100.0 * messages.of_ceiling(m),
+            ms(c.engine_ttft_exact.1),
+            ms(m.engine_ttft_exact.1),
+            ms(c.ttft_p90),
+            ms(m.ttft_p90),
+        );
+    }
+    let _ = writeln!(s);
+}
