@@ -41,6 +41,8 @@ pub enum ErrorKind {
     UnrecognizedClient,
     Forbidden,
     RateLimited,
+    /// The fleet stayed saturated past `queue.max_wait_ms`, or the queue is full.
+    QueueTimeout,
     /// Upstream refused, reset or answered garbage.
     BadGateway,
     /// No instance could take the request.
@@ -70,7 +72,7 @@ impl ErrorKind {
             | Self::InvalidSignature
             | Self::UnrecognizedClient
             | Self::Forbidden => StatusCode::FORBIDDEN,
-            Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited | Self::QueueTimeout => StatusCode::TOO_MANY_REQUESTS,
             Self::BadGateway => StatusCode::BAD_GATEWAY,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -99,7 +101,7 @@ impl ErrorKind {
             | Self::InvalidSignature
             | Self::UnrecognizedClient => "authentication_error",
             Self::Forbidden => "permission_error",
-            Self::RateLimited => "rate_limit_error",
+            Self::RateLimited | Self::QueueTimeout => "rate_limit_error",
             Self::BadGateway | Self::Unavailable | Self::GatewayTimeout | Self::Internal => {
                 "server_error"
             }
@@ -128,6 +130,7 @@ impl ErrorKind {
             Self::UnrecognizedClient => "unrecognized_client",
             Self::Forbidden => "forbidden",
             Self::RateLimited => "rate_limit_exceeded",
+            Self::QueueTimeout => "queue_timeout",
             Self::BadGateway => "upstream_error",
             Self::Unavailable => "no_upstream_available",
             Self::GatewayTimeout => "upstream_timeout",

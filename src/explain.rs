@@ -117,6 +117,15 @@ pub fn explain(
     } else if input.partition.is_empty() {
         notes.push("no partition: set prompt_cache_key or X-Amzn-SageMaker-Prefix-Aware-Id to split one prefix's traffic by user or session".to_owned());
     }
+    let queue = &runtime.config.queue;
+    let would_wait = input.route.uses_strategy() && input.endpoint.queue.would_wait();
+    if would_wait {
+        notes.push(format!(
+            "every instance is saturated (or others wait already): this request would wait in the gateway's fair queue, behind {} others, for up to {} ms",
+            input.endpoint.queue.len(),
+            queue.max_wait.as_millis()
+        ));
+    }
     let name = |i: &usize| ids.get(*i).copied().unwrap_or("?");
     Ok(json!({
         "api": route.label(),
@@ -136,6 +145,11 @@ pub fn explain(
         },
         "partition": input.partition,
         "session": analysis.session,
+        "queue": {
+            "enabled": queue.enabled,
+            "would_wait": would_wait,
+            "waiting": input.endpoint.queue.len(),
+        },
         "window": {
             "unit": unit,
             "length": length,

@@ -27,6 +27,7 @@ pub mod kv_prompt;
 pub mod middleware;
 pub mod openai;
 pub mod otel;
+pub mod queue;
 pub mod route_input;
 pub mod routing;
 pub mod sagemaker;
@@ -64,6 +65,16 @@ pub async fn serve(
     tokio::spawn(upstream::health::run(Arc::downgrade(&state)));
     tokio::spawn(upstream::capacity::run(Arc::downgrade(&state)));
     tokio::spawn(discovery::run(Arc::downgrade(&state)));
+    tokio::spawn(queue::engine_poll::run(Arc::downgrade(&state)));
     tokio::spawn(telemetry::upkeep());
+    // Requests waiting in a fair queue are refused (503) when shutdown
+    // begins; those already forwarded get the grace period.
+    let closing = Arc::clone(&state);
+    let shutdown = async move {
+        shutdown.await;
+        for ep in &closing.runtime.load().endpoints {
+            ep.queue.close();
+        }
+    };
     server::run(listener, app, state, shutdown).await
 }

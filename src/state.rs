@@ -30,6 +30,8 @@ pub struct Endpoint {
     pub shared_tier: Option<Arc<Subscription>>,
     /// Its hottest prefixes, for warming instances that join (kept across reloads).
     pub hot: Arc<crate::warmup::HotPrefixes>,
+    /// Where its requests wait while every instance is saturated (kept across reloads).
+    pub queue: Arc<crate::queue::FairQueue>,
 }
 
 /// Where one instance's matched blocks came from, for one request.
@@ -233,6 +235,16 @@ impl Runtime {
                 }
             }
             let hot = old.map_or_else(Arc::default, |o| Arc::clone(&o.hot));
+            let queue = old.map_or_else(
+                || crate::queue::FairQueue::new(&ec.name),
+                |o| Arc::clone(&o.queue),
+            );
+            let hook: std::sync::Weak<dyn crate::upstream::instance::Freed> =
+                Arc::downgrade(&queue) as _;
+            for inst in &instances {
+                inst.notify_freed(std::sync::Weak::clone(&hook));
+            }
+            queue.configure(instances.clone(), config.queue.clone());
             // Instances new to a running endpoint are warmed before they serve.
             if let (Some(o), Some(_)) = (old, ec.routing.warmup) {
                 for inst in &instances {
@@ -248,6 +260,7 @@ impl Runtime {
                 policy,
                 shared_tier,
                 hot,
+                queue,
             });
             for m in &ec.models {
                 by_model.insert(m.clone(), Arc::clone(&ep));

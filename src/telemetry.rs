@@ -47,6 +47,11 @@ pub const CHARGED_COMPLETION_TOKENS: &str = "kvgate_completion_tokens_total";
 pub const CLUSTER_REDIS_UP: &str = "kvgate_cluster_redis_up";
 pub const CLUSTER_REPLICAS: &str = "kvgate_cluster_replicas";
 pub const CLUSTER_FALLBACK: &str = "kvgate_cluster_fallback_total";
+pub const QUEUE_WAITING: &str = "kvgate_queue_waiting";
+pub const QUEUE_WAIT: &str = "kvgate_queue_wait_seconds";
+pub const QUEUE_RELEASED: &str = "kvgate_queue_released_total";
+pub const QUEUE_TIMEOUTS: &str = "kvgate_queue_timeouts_total";
+pub const TENANT_SERVICE: &str = "kvgate_tenant_service_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -220,6 +225,26 @@ fn describe() {
     describe_gauge!(
         CLUSTER_REPLICAS,
         "Gateway replicas alive in cluster.redis at the last heartbeat"
+    );
+    describe_gauge!(
+        QUEUE_WAITING,
+        "Requests waiting in the gateway for a saturated fleet, by tenant and priority"
+    );
+    describe_histogram!(
+        QUEUE_WAIT,
+        "Time released requests waited in the gateway's queue (0 when they passed at once)"
+    );
+    describe_counter!(
+        QUEUE_RELEASED,
+        "Requests let through the queue, by tenant and priority"
+    );
+    describe_counter!(
+        QUEUE_TIMEOUTS,
+        "Requests refused by the queue (full, or waited queue.max_wait_ms), by tenant and priority"
+    );
+    describe_counter!(
+        TENANT_SERVICE,
+        "Service each tenant received while queueing is on: input_weight x input + output_weight x output tokens"
     );
     describe_counter!(
         CLUSTER_FALLBACK,
@@ -461,4 +486,38 @@ pub fn discovered(endpoint: &str, n: usize) {
 /// A fetch of the JWKS URL, good or not.
 pub fn jwks_refresh(ok: bool) {
     counter!(JWKS_REFRESHES, "result" => if ok { "ok" } else { "error" }).increment(1);
+}
+
+/// (endpoint, tenant, priority) of a queued request.
+pub type QueueLabels<'a> = (&'a str, &'a str, &'static str);
+
+fn queue_labels((endpoint, tenant, priority): QueueLabels<'_>) -> [(&'static str, String); 3] {
+    [
+        ("endpoint", endpoint.to_owned()),
+        ("tenant", tenant.to_owned()),
+        ("priority", priority.to_owned()),
+    ]
+}
+
+/// Requests of a tenant and priority waiting now.
+pub fn queue_waiting(labels: QueueLabels<'_>, n: usize) {
+    gauge!(QUEUE_WAITING, &queue_labels(labels)).set(n as f64);
+}
+
+/// A request let through the queue after `waited` seconds.
+pub fn queue_released(labels: QueueLabels<'_>, waited: f64) {
+    let labels = queue_labels(labels);
+    counter!(QUEUE_RELEASED, &labels).increment(1);
+    histogram!(QUEUE_WAIT, &labels).record(waited);
+}
+
+/// A request the queue refused.
+pub fn queue_timeout(labels: QueueLabels<'_>) {
+    counter!(QUEUE_TIMEOUTS, &queue_labels(labels)).increment(1);
+}
+
+/// Weighted tokens of service a tenant received.
+pub fn tenant_service(endpoint: &str, tenant: &str, weighted: f64) {
+    counter!(TENANT_SERVICE, "endpoint" => endpoint.to_owned(), "tenant" => tenant.to_owned())
+        .increment(weighted.round() as u64);
 }

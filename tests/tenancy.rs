@@ -20,6 +20,8 @@ mod auth;
 mod cluster;
 #[path = "tenancy/config.rs"]
 mod config;
+#[path = "tenancy/fair_queue.rs"]
+mod fair_queue;
 #[path = "tenancy/hostile.rs"]
 mod hostile;
 #[path = "tenancy/isolation.rs"]

@@ -73,6 +73,11 @@ async fn run(
     // forward `input.body` (what admission may have salted).
     let upload = input.upload.then_some(body);
     let tenant = tenant.map_or_else(|| "anonymous".into(), |t| t.0.id.clone());
+    // Held until the request has its instance's slot: see `queue`.
+    let _reservation = match wait_for_room(&runtime, &input, &headers, &tenant).await {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
     send(
         &runtime,
         input,
@@ -83,6 +88,39 @@ async fn run(
         wire,
     )
     .await
+}
+
+/// When the endpoint queues (`queue.enabled`) and every instance is
+/// saturated, wait in its fair queue; generation routes only (the others
+/// are cheap and pass). The tenant's output tokens are counted as its
+/// service when the response ends.
+async fn wait_for_room(
+    runtime: &Runtime,
+    input: &RouteInput,
+    headers: &HeaderMap,
+    tenant: &str,
+) -> Result<Option<crate::queue::Reservation>, crate::error::ApiError> {
+    let queue = &runtime.config.queue;
+    if !queue.enabled || !input.route.uses_strategy() {
+        return Ok(None);
+    }
+    let limits = runtime.tenancy.limits(tenant);
+    let priority = crate::tenancy::priority::asked(headers, &queue.priority_header, limits)?;
+    let ep = &input.endpoint;
+    let reservation = ep
+        .queue
+        .enter(crate::queue::Ask {
+            tenant,
+            priority,
+            weight: limits.weight,
+            prompt_tokens: input.prompt_tokens,
+        })
+        .await?;
+    if let Some(admission) = &input.admission {
+        let (q, t, w) = (Arc::clone(&ep.queue), tenant.to_owned(), limits.weight);
+        admission.on_served(move |tokens| q.charge_output(&t, w, tokens));
+    }
+    Ok(reservation)
 }
 
 /// Forward one request and log where it went.

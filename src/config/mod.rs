@@ -3,6 +3,7 @@
 
 pub mod discovery;
 pub mod kv_aware;
+pub mod queue;
 mod raw;
 pub mod reload;
 mod validate;
@@ -33,6 +34,8 @@ pub struct Config {
     pub upstream_tls: crate::upstream::tls::UpstreamTls,
     /// `cluster`: limits shared through Redis, when set.
     pub cluster: Option<crate::cluster::ClusterConfig>,
+    /// `queue`: fair queueing when the fleet is saturated.
+    pub queue: queue::QueueConfig,
 }
 
 #[derive(Debug, Clone)]

@@ -23,6 +23,8 @@ pub struct RawConfig {
     pub upstream: crate::upstream::tls::RawUpstream,
     /// Tenant limits shared by several replicas (`cluster.redis`).
     pub cluster: Option<crate::cluster::RawCluster>,
+    /// Fair queueing when the fleet is saturated.
+    pub queue: Option<super::queue::RawQueue>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -79,6 +79,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         admin: crate::tenancy::admin::validate(raw.admin)?,
         upstream_tls: crate::upstream::tls::validate(raw.upstream)?,
         cluster,
+        queue: super::queue::validate(raw.queue)?,
     })
 }
 

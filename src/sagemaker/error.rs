@@ -11,6 +11,7 @@
 //! | bad JSON, bad header, oversized or wrongly typed body, slow body, unknown endpoint | 400 | `ValidationError` |
 //! | upstream error status, upstream timeout, upstream connection lost | 424 | `ModelError` (`OriginalStatusCode`, `OriginalMessage`) |
 //! | tenant quota | 429 | `ThrottlingException` |
+//! | fleet saturated past `queue.max_wait_ms`, or the queue full | 503 | `ThrottlingException` |
 //! | no instance can take it | 503 | `ServiceUnavailable` |
 //! | kvgate's own fault | 500 | `InternalFailure` |
 //! | SigV4: bad signature, stale date, changed body / unknown key / none | 403 | `InvalidSignatureException` / `UnrecognizedClientException` / `MissingAuthenticationTokenException` |
@@ -53,6 +54,7 @@ fn shape(kind: ErrorKind) -> (StatusCode, &'static str) {
         UnrecognizedClient => (StatusCode::FORBIDDEN, "UnrecognizedClientException"),
         Forbidden => (StatusCode::FORBIDDEN, "AccessDeniedException"),
         RateLimited => (StatusCode::TOO_MANY_REQUESTS, "ThrottlingException"),
+        QueueTimeout => (StatusCode::SERVICE_UNAVAILABLE, "ThrottlingException"),
         BadGateway | GatewayTimeout => (StatusCode::FAILED_DEPENDENCY, "ModelError"),
         Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
         Internal => (StatusCode::INTERNAL_SERVER_ERROR, "InternalFailure"),

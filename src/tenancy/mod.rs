@@ -14,6 +14,7 @@ mod auth_mode;
 mod bucket;
 pub mod jwks_url;
 pub mod jwt;
+pub mod priority;
 pub mod quota;
 pub mod salt;
 pub mod settings;

@@ -170,6 +170,7 @@ impl TenantState {
         let admission = Admission {
             _slot: slot,
             tpm: Mutex::new(tpm),
+            served: Mutex::new(None),
         };
         Ok((admission, headers))
     }
@@ -400,9 +401,44 @@ impl Charge {
 pub struct Admission {
     _slot: Option<Slot>,
     tpm: Mutex<Option<Charge>>,
+    /// Told the completion tokens when the response ends (the fair queue
+    /// counts them as the tenant's service).
+    served: Mutex<Option<OnServed>>,
+}
+
+/// A callback for a request's completion tokens.
+pub struct OnServed(Box<dyn FnOnce(u64) + Send>);
+
+impl OnServed {
+    pub fn call(self, completion_tokens: u64) {
+        (self.0)(completion_tokens);
+    }
+}
+
+impl std::fmt::Debug for OnServed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnServed")
+    }
 }
 
 impl Admission {
+    /// Call `f` with the completion tokens once they are known.
+    pub fn on_served(&self, f: impl FnOnce(u64) + Send + 'static) {
+        *self.served.lock().unwrap_or_else(|e| e.into_inner()) = Some(OnServed(Box::new(f)));
+    }
+
+    /// The response ended with `completion_tokens` generated.
+    pub fn served(&self, completion_tokens: u64) {
+        if let Some(f) = self.take_served() {
+            f.call(completion_tokens);
+        }
+    }
+
+    /// The callback, to call later (once a stream's tokens are counted).
+    pub fn take_served(&self) -> Option<OnServed> {
+        self.served.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
     /// The token charge, to settle once the request's tokens are known;
     /// `None` when the tenant has no token limit or it was already taken.
     /// Dropping it unsettled keeps the estimate charged.

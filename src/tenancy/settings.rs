@@ -178,6 +178,13 @@ pub struct RawLimits {
     pub requests_per_minute: Option<u64>,
     pub tokens_per_minute: Option<u64>,
     pub models: Option<Vec<String>>,
+    /// Priority class when the queue orders waiting requests (`high`,
+    /// `normal`, `low`); also the most `queue.priority_header` may ask for.
+    pub priority: Option<String>,
+    /// Share of the fleet under contention, relative to other tenants' (VTC).
+    pub weight: Option<f64>,
+    /// Whether requests may set their priority with `queue.priority_header`.
+    pub priority_header: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -220,12 +227,31 @@ pub enum AuthConfig {
 }
 
 /// One tenant's limits; `None` is unlimited (or, for `models`, all models).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     pub max_concurrency: Option<u32>,
     pub requests_per_minute: Option<NonZeroU32>,
     pub tokens_per_minute: Option<NonZeroU64>,
     pub models: Option<Arc<HashSet<String>>>,
+    /// Its priority class in the queue, and the ceiling of what it may ask for.
+    pub priority: super::priority::Priority,
+    /// Its fair share's weight (positive; 1 by default).
+    pub weight: f64,
+    pub priority_header: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_concurrency: None,
+            requests_per_minute: None,
+            tokens_per_minute: None,
+            models: None,
+            priority: super::priority::Priority::default(),
+            weight: 1.0,
+            priority_header: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -267,6 +293,9 @@ pub(crate) fn validate(
             requests_per_minute: raw.requests_per_minute.or(default_raw.requests_per_minute),
             tokens_per_minute: raw.tokens_per_minute.or(default_raw.tokens_per_minute),
             models: raw.models.or_else(|| default_raw.models.clone()),
+            priority: raw.priority.or_else(|| default_raw.priority.clone()),
+            weight: raw.weight.or(default_raw.weight),
+            priority_header: raw.priority_header.or(default_raw.priority_header),
         };
         overrides.insert(id, limits(&at, &merged, served)?);
     }
@@ -336,7 +365,29 @@ fn limits(at: &str, raw: &RawLimits, served: &HashSet<&str>) -> Result<Limits, C
             Some(Arc::new(m.iter().cloned().collect()))
         }
     };
+    let priority = match &raw.priority {
+        None => super::priority::Priority::default(),
+        Some(name) => super::priority::Priority::parse(name).ok_or_else(|| {
+            ConfigError::new(
+                format!("{at}.priority"),
+                format!("{name:?} is not a priority: high, normal or low"),
+            )
+        })?,
+    };
+    let weight = match raw.weight {
+        None => 1.0,
+        Some(w) if w.is_finite() && w > 0.0 && w <= 1e6 => w,
+        Some(w) => {
+            return Err(ConfigError::new(
+                format!("{at}.weight"),
+                format!("{w} is not a weight: a number above 0, at most 1000000"),
+            ));
+        }
+    };
     Ok(Limits {
+        priority,
+        weight,
+        priority_header: raw.priority_header.unwrap_or(false),
         max_concurrency: conc.and_then(|n| u32::try_from(n).ok()),
         requests_per_minute: rpm
             .and_then(|n| u32::try_from(n).ok())

@@ -448,6 +448,7 @@ fn settle(
         if let Some(u) = usage.filter(|u| u.completion_tokens > 0) {
             telemetry::completion_tokens(endpoint, "usage", u.completion_tokens);
         }
+        admission.served(usage.map_or(0, |u| u.completion_tokens));
         admission.settle(
             usage.map(|u| u.prompt_tokens),
             usage.map_or(0, |u| u.completion_tokens),
@@ -458,13 +459,18 @@ fn settle(
         admission.take_charge(),
         tokio::runtime::Handle::try_current(),
     ) else {
+        admission.served(0);
         return;
     };
     let endpoint = endpoint.to_owned();
+    let served = admission.take_served();
     rt.spawn_blocking(move || {
         let counted = super::completion::count(&chunks);
         telemetry::completion_tokens(&endpoint, "counted", counted);
         charge.settle(None, counted);
+        if let Some(f) = served {
+            f.call(counted);
+        }
     });
 }
 

@@ -9,8 +9,8 @@
 //! or when the guard drops, whichever comes first.
 
 use std::sync::Arc;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use axum::http::Uri;
@@ -59,6 +59,16 @@ pub struct Instance {
     confirmed: AtomicBool,
     /// Joined and being warmed: not offered to routing until done.
     warming: AtomicBool,
+    /// Its load as its engine reports it (read while queueing is on).
+    pub engine: super::engine_load::EngineLoad,
+    /// Told when one of its slots frees: its endpoint's queue.
+    freed: OnceLock<Weak<dyn Freed>>,
+}
+
+/// Something to tell when an instance's in-flight slot frees (the
+/// endpoint's fair queue, which then releases a waiting request).
+pub trait Freed: Send + Sync + std::fmt::Debug {
+    fn freed(&self);
 }
 
 /// An instance URL's parts, for building request URIs.
@@ -142,6 +152,8 @@ impl Instance {
             probe_streak: AtomicU32::new(0),
             confirmed: AtomicBool::new(false),
             warming: AtomicBool::new(false),
+            engine: super::engine_load::EngineLoad::default(),
+            freed: OnceLock::new(),
         })
     }
 
@@ -313,8 +325,27 @@ impl Instance {
 
     /// Count one more request in flight until the guard drops, and `prefill`
     /// more tokens queued until [`InflightGuard::prefill_done`].
+    /// Tell `hook` whenever a slot here frees; set once, by the endpoint
+    /// that owns the instance (its queue is kept across reloads, as the
+    /// instance is).
+    pub fn notify_freed(&self, hook: Weak<dyn Freed>) {
+        let _ = self.freed.set(hook);
+    }
+
+    /// How many more requests its engine takes by its last reading (see
+    /// `EngineLoad::room`); `None` without a fresh one.
+    pub fn engine_room(&self, max_waiting: u64, max_kv_usage: f64) -> Option<u64> {
+        self.engine.room(max_waiting, max_kv_usage, now_ms())
+    }
+
+    /// Record a reading of its engine's load, taken now.
+    pub fn engine_read(&self, waiting: u64, kv_usage: f64) {
+        self.engine.set(waiting, kv_usage, now_ms());
+    }
+
     pub fn claim(self: &Arc<Self>, prefill: u64) -> InflightGuard {
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.engine.sent();
         self.queued_prefill.fetch_add(prefill, Ordering::Relaxed);
         self.recent_work.add(prefill, now_ms());
         self.series.in_flight(n);
@@ -408,6 +439,9 @@ impl Drop for InflightGuard {
         self.prefill_done();
         let prev = self.instance.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.instance.series.in_flight(prev.saturating_sub(1));
+        if let Some(hook) = self.instance.freed.get().and_then(Weak::upgrade) {
+            hook.freed();
+        }
     }
 }
 

@@ -188,6 +188,19 @@ fn mistakes_name_their_field() {
             "tenants.overrides.acme.models",
         ),
         (
+            "tenants:\n  default: { weight: -1 }\n".to_owned(),
+            "tenants.default.weight",
+        ),
+        (
+            "tenants:\n  overrides:\n    acme: { priority: urgent }\n".to_owned(),
+            "tenants.overrides.acme.priority",
+        ),
+        (
+            "queue:\n  output_weight: -2\n".to_owned(),
+            "queue.output_weight",
+        ),
+        ("queue:\n  max_wait_ms: 0\n".to_owned(), "queue.max_wait_ms"),
+        (
             "tenants:\n  default: { max_conc: 3 }\n".to_owned(),
             "(file)",
         ),
