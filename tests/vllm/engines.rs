@@ -172,16 +172,21 @@ impl Engine {
         v
     }
 
-    /// One gauge or counter of its `/metrics`, summed over label sets.
-    pub async fn metric(&self, name: &str) -> f64 {
-        let text = client()
+    /// Its whole `/metrics` page.
+    pub async fn metrics_text(&self) -> String {
+        client()
             .get(format!("{}/metrics", self.url))
             .send()
             .await
             .unwrap()
             .text()
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// One gauge or counter of its `/metrics`, summed over label sets.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self.metrics_text().await;
         text.lines()
             .filter(|l| {
                 l.strip_prefix(name)

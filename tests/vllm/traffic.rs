@@ -1,7 +1,8 @@
 //! Requests as a user sends them, through the gateway to real vLLM: a stream
 //! with the engine's usage, a client leaving mid-stream (the engine aborts),
 //! a Responses follow-up on the engine that stored its parent, and every
-//! cache-aware strategy reaching the engine's prefix cache.
+//! cache-aware strategy reaching the engine's prefix cache, and requests
+//! waiting in the gateway while the engine reports its KV cache full.
 
 use std::time::{Duration, Instant};
 
@@ -159,4 +160,59 @@ async fn every_prefix_strategy_reaches_the_engines_prefix_cache() {
             }
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_wait_in_the_gateway_while_the_engine_reports_its_kv_cache_full() {
+    let Some((_turn, fleet)) = engines::take().await else {
+        return;
+    };
+    // "Full" at 5% so that one running request fills it: the engine's own
+    // gauge, read from its /metrics, is what saturates it here.
+    let queue = "queue:\n  max_in_flight: 100\n  max_kv_usage: 0.05\n  engine_poll_ms: 50\n";
+    let gw = gateway::start(fleet, &["e0"], "prefix_aware", queue).await;
+    let mut long = ask(&document("a long answer", 250), "Write a long story.");
+    long["max_tokens"] = json!(96);
+    long["ignore_eos"] = json!(true);
+    let first = {
+        let gw_url = gw.url("/v1/chat/completions");
+        let body = long.clone();
+        tokio::spawn(async move { engines::post_json(&gw_url, None, &body).await.0 })
+    };
+    // The engine's own reading, as the gateway parses it.
+    let inst = gw.instances().remove(0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while inst.engine_room(0, 0.05) != Some(0) {
+        assert!(
+            Instant::now() < deadline,
+            "the engine never reported its cache in use"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let text = fleet.engines[0].metrics_text().await;
+    let (_, kv) = kvgate::upstream::engine_load::parse(&text).unwrap();
+    assert!(kv > 0.0, "{text}");
+    // A second request now waits in the gateway, and is served once the
+    // first has finished and freed its blocks.
+    let second = {
+        let gw_url = gw.url("/v1/chat/completions");
+        let body = ask(&document("a second question", 100), "Say hi.");
+        tokio::spawn(async move { engines::post_json(&gw_url, None, &body).await.0 })
+    };
+    let queue = &gw
+        .state
+        .runtime
+        .load()
+        .endpoint("chat")
+        .unwrap()
+        .queue
+        .clone();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queue.is_empty() {
+        assert!(Instant::now() < deadline, "the second request did not wait");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(first.await.unwrap(), 200);
+    assert_eq!(second.await.unwrap(), 200);
+    assert!(queue.is_empty());
 }
