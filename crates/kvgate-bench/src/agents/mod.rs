@@ -4,10 +4,11 @@
 //! Claude Code sends: `system` on top, tool calls and tool results as blocks,
 //! the session id in `metadata.user_id`) — into `agents.md` ([`report`]).
 //!
-//! The workload runs at the regime matrix's size ([`crate::matrix::sizes`]):
-//! 4 instances whose KV caches hold about twice their share of the sessions'
-//! distinct tokens, so placement decides what stays cached. Open loop,
-//! streamed, `cache_tokens` configured. Each API's runs share one tokio
+//! The workload runs at `routing.md`'s size (24 sessions of 16–48 turns) on
+//! the regime matrix's fleet ([`crate::matrix::sizes::fitted`]): 4 instances
+//! whose KV caches hold about twice their share of the sessions' distinct
+//! tokens, so placement decides what stays cached. Open loop, streamed,
+//! `cache_tokens` configured. Each API's runs share one tokio
 //! runtime, dropped after them (as the matrix does, so one API's leftover
 //! gateway tasks do not tax the other's timings); the ceilings are measured
 //! on each API's own bodies.
@@ -21,7 +22,7 @@ use anyhow::Context as _;
 
 use crate::matrix::{in_fresh_runtime, sizes};
 use crate::regime::{Api, Regime};
-use crate::workload::Kind;
+use crate::workload::{Kind, Size};
 use crate::{Arm, WorkloadResult, bench_with};
 
 /// Its strategies: the two load-only baselines, then the cache-aware three.
@@ -67,7 +68,12 @@ pub async fn run(
 ) -> anyhow::Result<Vec<WorkloadResult>> {
     let started = Instant::now();
     let build = crate::host::build();
-    let base = sizes::setup(Kind::CodingAgent, opts.quick, opts.seed, &opts.traces)?;
+    let size = if opts.quick {
+        Size::MatrixQuick
+    } else {
+        Size::Full
+    };
+    let base = sizes::fitted(Kind::CodingAgent, size, opts.seed, &opts.traces)?;
     eprintln!(
         "{}: {} requests, {} instances, {} KV tokens an instance",
         base.id,

@@ -24,6 +24,11 @@ pub fn setup(kind: Kind, quick: bool, seed: u64, traces: &Path) -> anyhow::Resul
     } else {
         Size::Matrix
     };
+    fitted(kind, size, seed, traces)
+}
+
+/// `kind` at `size`, on 4 instances with its cache sized by the rule above.
+pub fn fitted(kind: Kind, size: Size, seed: u64, traces: &Path) -> anyhow::Result<Setup> {
     let mut setup = kind.setup_sized(size, seed, traces)?;
     let own = setup.description.clone();
     setup.instances = INSTANCES;
