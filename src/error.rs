@@ -237,6 +237,23 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// `resp` with `status` and `body` as its JSON, its headers kept but those
+/// that described the old body: how a route's wire re-renders an error in
+/// its own shape (`sagemaker::error`, `anthropic::error`).
+pub fn rebuild_json(resp: Response, status: StatusCode, body: &serde_json::Value) -> Response {
+    let (mut parts, _) = resp.into_parts();
+    parts.status = status;
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::CONTENT_ENCODING);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    // Serialising a Value cannot fail; a fixed body keeps this total anyway.
+    let bytes = serde_json::to_vec(body).unwrap_or_else(|_| br#"{"message":"error"}"#.to_vec());
+    Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
 /// An upstream's error answer (status and message), put into the relayed
 /// response's extensions so that a route's wire can show it in its shape.
 #[derive(Debug, Clone)]

@@ -18,8 +18,7 @@
 //! | upstream refused or broke, kvgate's own fault | 502 / 500 | `api_error` |
 //! | an upstream's error answer | its status | by that status |
 
-use axum::body::Body;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::json;
 
@@ -75,18 +74,7 @@ pub fn reshape(resp: Response) -> Response {
         "type": "error",
         "error": {"type": type_of(status.as_u16()), "message": message},
     });
-    let (mut parts, _) = resp.into_parts();
-    parts.status = status;
-    parts.headers.remove(header::CONTENT_LENGTH);
-    parts.headers.remove(header::CONTENT_ENCODING);
-    parts.headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    let bytes = serde_json::to_vec(&body).unwrap_or_else(|_| {
-        br#"{"type":"error","error":{"type":"api_error","message":"error"}}"#.to_vec()
-    });
-    Response::from_parts(parts, Body::from(bytes))
+    crate::error::rebuild_json(resp, status, &body)
 }
 
 #[cfg(test)]
@@ -127,7 +115,7 @@ mod tests {
     #[tokio::test]
     async fn retry_hints_survive_and_successes_pass() {
         let r = reshape(ApiError::new(ErrorKind::Unavailable, "none").into_response());
-        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(r.headers()[axum::http::header::RETRY_AFTER], "1");
         let ok = reshape((StatusCode::OK, "fine").into_response());
         assert_eq!(ok.status(), StatusCode::OK);
         assert!(is_anthropic_path("/v1/messages/count_tokens"));
@@ -136,7 +124,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_upstream_answer_keeps_its_status() {
-        let mut r = Response::new(Body::from("{}"));
+        let mut r = Response::new(axum::body::Body::from("{}"));
         *r.status_mut() = StatusCode::BAD_REQUEST;
         r.extensions_mut().insert(UpstreamFailure {
             status: StatusCode::BAD_REQUEST,

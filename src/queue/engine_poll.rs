@@ -42,17 +42,9 @@ pub async fn run(state: Weak<AppState>) {
 }
 
 async fn read(client: reqwest::Client, inst: Arc<Instance>) {
-    let url = format!("{}/metrics", inst.url);
-    let fetch = async {
-        let r = client.get(url).send().await.ok()?;
-        r.status().is_success().then_some(())?;
-        r.text().await.ok()
-    };
-    let text = tokio::time::timeout(TIMEOUT, fetch).await.ok().flatten();
-    if let Some((waiting, kv)) = text
-        .as_deref()
-        .and_then(crate::upstream::engine_load::parse)
-    {
+    use crate::upstream::engine_load::{fetch_metrics, parse};
+    let text = fetch_metrics(&client, &inst.url, TIMEOUT).await;
+    if let Some((waiting, kv)) = text.as_deref().and_then(parse) {
         inst.engine_read(waiting, kv);
     }
 }

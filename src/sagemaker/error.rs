@@ -20,8 +20,7 @@
 //! | model not allowed for the tenant | 403 | `AccessDeniedException` |
 //! | unknown route / method | 404 / 405 | `UnknownOperationException` |
 
-use axum::body::Body;
-use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 
@@ -121,19 +120,10 @@ fn model_error(f: &UpstreamFailure) -> Value {
 }
 
 fn rebuild(resp: Response, status: StatusCode, code: &'static str, body: &Value) -> Response {
-    let (mut parts, _) = resp.into_parts();
-    parts.status = status;
-    parts.headers.remove(header::CONTENT_LENGTH);
-    parts.headers.remove(header::CONTENT_ENCODING);
-    parts.headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    parts
-        .headers
+    let mut resp = crate::error::rebuild_json(resp, status, body);
+    resp.headers_mut()
         .insert(ERROR_TYPE, HeaderValue::from_static(code));
-    let bytes = serde_json::to_vec(body).unwrap_or_else(|_| br#"{"message":"error"}"#.to_vec());
-    Response::from_parts(parts, Body::from(bytes))
+    resp
 }
 
 #[cfg(test)]
@@ -148,8 +138,8 @@ mod tests {
         assert_eq!(r.headers()[ERROR_TYPE], "ValidationError");
         let r = reshape(ApiError::new(ErrorKind::Unavailable, "none").into_response());
         assert_eq!(r.status(), 503);
-        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
-        let ok = Response::new(Body::empty());
+        assert_eq!(r.headers()[axum::http::header::RETRY_AFTER], "1");
+        let ok = Response::new(axum::body::Body::empty());
         assert!(!reshape(ok).headers().contains_key(ERROR_TYPE));
     }
 

@@ -57,14 +57,7 @@ async fn learn(
     inst: Arc<super::Instance>,
     client: reqwest::Client,
 ) {
-    let url = format!("{}/metrics", inst.url);
-    let fetch = async {
-        let r = client.get(url).send().await.ok()?;
-        r.status().is_success().then_some(())?;
-        r.text().await.ok()
-    };
-    // Headers and body under one deadline: a stalled /metrics must not hold up the others.
-    let text = tokio::time::timeout(TIMEOUT, fetch).await.ok().flatten();
+    let text = super::engine_load::fetch_metrics(&client, &inst.url, TIMEOUT).await;
     match text.as_deref().and_then(cache_tokens_of) {
         Some(tokens) => {
             inst.set_learned_cache_tokens(tokens);

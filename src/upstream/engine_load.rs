@@ -73,6 +73,25 @@ impl EngineLoad {
     }
 }
 
+/// An instance's `/metrics` page, headers and body within `timeout` (a
+/// stalled one must not hold up the others); `None` on any failure.
+pub async fn fetch_metrics(
+    client: &reqwest::Client,
+    instance_url: &str,
+    timeout: Duration,
+) -> Option<String> {
+    let fetch = async {
+        let r = client
+            .get(format!("{instance_url}/metrics"))
+            .send()
+            .await
+            .ok()?;
+        r.status().is_success().then_some(())?;
+        r.text().await.ok()
+    };
+    tokio::time::timeout(timeout, fetch).await.ok().flatten()
+}
+
 /// (waiting requests, KV usage 0–1) from a Prometheus text exposition,
 /// summed over label sets (an engine serving several models); `None` when
 /// neither family is there.

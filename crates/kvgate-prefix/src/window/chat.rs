@@ -43,23 +43,7 @@ const _: () = assert!(ESC as u32 == 0x1b && SUB as u32 == 0x1a && US as u32 == 0
 /// body is refused never depends on the configured prefix length; text past the
 /// window is never copied or canonicalised.
 pub fn chat_window(body: &Value, max_chars: usize) -> Result<String, ShapeError> {
-    let messages = match body.get("messages") {
-        // OpenAI answers an empty conversation with a 400 too.
-        Some(Value::Array(messages)) if messages.is_empty() => {
-            return Err(ShapeError::new(
-                "messages",
-                "must contain at least one message",
-            ));
-        }
-        Some(Value::Array(messages)) => messages,
-        Some(_) => {
-            return Err(ShapeError::new(
-                "messages",
-                "expected an array of message objects",
-            ));
-        }
-        None => return Err(ShapeError::new("messages", "missing required parameter")),
-    };
+    let messages = messages_of(body)?;
     let mut window = CharBudget::new(max_chars);
     if let Some(tools) = body.get("tools").filter(|t| !t.is_null()) {
         if !window.is_full() {
@@ -71,6 +55,23 @@ pub fn chat_window(body: &Value, max_chars: usize) -> Result<String, ShapeError>
         push_message(&mut window, message, i)?;
     }
     Ok(window.into_string())
+}
+
+/// A body's non-empty `messages` array (chat and Anthropic's Messages alike;
+/// both APIs answer an empty conversation with a 400 too).
+pub(super) fn messages_of(body: &Value) -> Result<&[Value], ShapeError> {
+    match body.get("messages") {
+        Some(Value::Array(m)) if m.is_empty() => Err(ShapeError::new(
+            "messages",
+            "must contain at least one message",
+        )),
+        Some(Value::Array(m)) => Ok(m),
+        Some(_) => Err(ShapeError::new(
+            "messages",
+            "expected an array of message objects",
+        )),
+        None => Err(ShapeError::new("messages", "missing required parameter")),
+    }
 }
 
 fn push_message(window: &mut CharBudget, message: &Value, i: usize) -> Result<(), ShapeError> {

@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use super::ShapeError;
 use super::budget::CharBudget;
-use super::chat::{FS, GS, RS, SUB, US, push_canonical};
+use super::chat::{FS, GS, RS, SUB, US, messages_of, push_canonical};
 
 /// Content block types the gateway forwards: Anthropic's and vLLM's. Any
 /// other is refused before it reaches an engine.
@@ -52,22 +52,7 @@ const ROLES: [&str; 3] = ["user", "assistant", "system"];
 /// described in the module docs. Validates `system`, `tools` and the whole
 /// `messages` array whatever `max_chars` is.
 pub fn messages_window(body: &Value, max_chars: usize) -> Result<String, ShapeError> {
-    let messages = match body.get("messages") {
-        Some(Value::Array(m)) if m.is_empty() => {
-            return Err(ShapeError::new(
-                "messages",
-                "must contain at least one message",
-            ));
-        }
-        Some(Value::Array(m)) => m,
-        Some(_) => {
-            return Err(ShapeError::new(
-                "messages",
-                "expected an array of message objects",
-            ));
-        }
-        None => return Err(ShapeError::new("messages", "missing required parameter")),
-    };
+    let messages = messages_of(body)?;
     let mut window = CharBudget::new(max_chars);
     match body.get("system") {
         None | Some(Value::Null) => {}
