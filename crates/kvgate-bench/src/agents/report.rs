@@ -148,5 +148,14 @@ fn against_chat(s: &mut String, results: &[WorkloadResult]) {
             ms(m.ttft_p90),
         );
     }
-    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "\nWhat differs between the APIs is the session hint. Over Messages the gateway \
+         keys `prefix_aware` by `metadata.user_id` instead of the prompt's first \
+         `prefix_length` characters, so a session keeps to one instance from its first turn \
+         and the sessions spread over the ring; over chat every session has the one key of \
+         the shared system-and-tools prefix, so they pile onto one instance until its \
+         bounded load sends them on (*moved*), away from their histories. `longest_prefix` \
+         and `kv_aware` place each request by what each instance holds, whatever the API.\n"
+    );
 }
