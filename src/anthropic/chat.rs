@@ -15,12 +15,16 @@
 //!   dropped.
 //! - `tools` become functions (`input_schema` as `parameters`).
 //!
-//! What is not mirrored, because it cannot reach a text-only template or is
-//! time-dependent: image URLs (skipped by the "string" content format anyway),
-//! a `tool_use` without an id (vLLM names it by the clock), an assistant's
+//! What is not mirrored, because it is time-dependent or Python's own: a
+//! `tool_use` without an id (vLLM names it by the clock), an assistant's
 //! `tool_result` with block content (Python's `str()` of a list), and
-//! `tool_addition`/`tool_removal` blocks, which make the conversion give up:
-//! the request is then routed by the approximate index, never refused.
+//! `tool_addition`/`tool_removal` blocks; these make the conversion give up,
+//! and the request is routed by the approximate index, never refused. Nor
+//! `thinking.type: disabled` and `output_config.effort`, which vLLM hands to
+//! the template as `reasoning_effort` (templates that read it render
+//! differently). JSON objects (tool schemas, tool inputs) reach the template
+//! with their keys sorted, where vLLM keeps the client's order: exact for
+//! templates that do not print them (SmolLM2's), not for those that do.
 
 use serde_json::{Map, Value, json};
 
@@ -129,11 +133,17 @@ fn convert_message(role: &str, content: &Value, out: &mut Vec<Value>) -> Option<
         Value::Array(blocks) => blocks,
         _ => return None,
     };
-    let (mut parts, mut calls, mut reasoning) = (Vec::new(), Vec::new(), String::new());
+    let (mut parts, mut calls) = (Vec::new(), Vec::new());
+    // Present once a thinking block is, even an empty one (vLLM's test).
+    let mut reasoning: Option<String> = None;
     for block in blocks {
         match block.get("type")?.as_str()? {
             "text" => parts.extend(text_of(block).map(|t| json!({"type": "text", "text": t}))),
-            "thinking" => reasoning.push_str(block.get("thinking").and_then(Value::as_str)?),
+            "thinking" => {
+                if let Some(t) = block.get("thinking").and_then(Value::as_str) {
+                    reasoning.get_or_insert_default().push_str(t);
+                }
+            }
             "tool_use" => calls.push(json!({
                 "id": block.get("id").and_then(Value::as_str).filter(|s| !s.is_empty())?,
                 "type": "function",
@@ -142,7 +152,7 @@ fn convert_message(role: &str, content: &Value, out: &mut Vec<Value>) -> Option<
                     "arguments": serde_json::to_string(block.get("input").filter(|v| !v.is_null()).unwrap_or(&json!({}))).ok()?,
                 },
             })),
-            "tool_result" if role == "user" => out.push(tool_message(block)?),
+            "tool_result" if role == "user" => out.extend(tool_messages(block)?),
             "tool_result" => match block.get("content") {
                 None | Some(Value::Null) => {
                     parts.push(json!({"type": "text", "text": "Tool result: "}))
@@ -157,8 +167,8 @@ fn convert_message(role: &str, content: &Value, out: &mut Vec<Value>) -> Option<
             _ => {}
         }
     }
-    if !reasoning.is_empty() {
-        msg.insert("reasoning".into(), json!(reasoning));
+    if let Some(r) = reasoning {
+        msg.insert("reasoning".into(), json!(r));
     }
     if !calls.is_empty() {
         msg.insert("tool_calls".into(), Value::Array(calls));
@@ -179,24 +189,54 @@ fn convert_message(role: &str, content: &Value, out: &mut Vec<Value>) -> Option<
     Some(())
 }
 
-/// A user's `tool_result` as the `tool` message vLLM makes of it.
-fn tool_message(block: &Value) -> Option<Value> {
-    let text = match block.get("content") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .filter(|i| i.get("type").and_then(Value::as_str) == Some("text"))
-            .map(|i| i.get("text").and_then(Value::as_str).unwrap_or(""))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        Some(_) => return None,
-    };
+/// A user's `tool_result` as the messages vLLM makes of it: a `tool`
+/// message of its text items, then a `user` message of its images, then a
+/// `tool` message of its `tool_reference` items.
+fn tool_messages(block: &Value) -> Option<Vec<Value>> {
     let id = block
         .get("tool_use_id")
         .and_then(Value::as_str)
         .unwrap_or("");
-    Some(json!({"role": "tool", "tool_call_id": id, "content": text}))
+    let (mut texts, mut images, mut references) = (Vec::new(), Vec::new(), Vec::new());
+    match block.get("content") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => texts.push(s.as_str()),
+        Some(Value::Array(items)) => {
+            for item in items {
+                match item.get("type").and_then(Value::as_str) {
+                    Some("text") => texts.push(item.get("text").and_then(Value::as_str).unwrap_or("")),
+                    Some("image") => images.push(json!({"type": "image_url", "image_url": {"url": image_url(item.get("source"))}})),
+                    Some("tool_reference") => {
+                        let name = item.get("tool_name").or_else(|| item.get("name")).and_then(Value::as_str);
+                        references.extend(name.filter(|n| !n.is_empty()).map(|n| json!({"type": "tool_reference", "name": n})));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Some(_) => return None,
+    }
+    let mut out = vec![json!({"role": "tool", "tool_call_id": id, "content": texts.join("\n")})];
+    if !images.is_empty() {
+        out.push(json!({"role": "user", "content": images}));
+    }
+    if !references.is_empty() {
+        out.push(json!({"role": "tool", "tool_call_id": id, "content": references}));
+    }
+    Some(out)
+}
+
+/// vLLM's `_convert_image_source_to_url`.
+fn image_url(source: Option<&Value>) -> String {
+    let get = |k: &str| source.and_then(|s| s.get(k)).and_then(Value::as_str);
+    match get("type") {
+        Some("url") => get("url").unwrap_or("").to_owned(),
+        _ => format!(
+            "data:{};base64,{}",
+            get("media_type").unwrap_or("image/jpeg"),
+            get("data").unwrap_or("")
+        ),
+    }
 }
 
 fn convert_tools(tools: &[Value]) -> Option<Value> {
@@ -264,6 +304,31 @@ mod tests {
             "You code. Carefully.reminder"
         );
         assert_eq!(merged["messages"].as_array().map(Vec::len), Some(4));
+    }
+
+    #[test]
+    fn a_tool_results_images_and_references_become_messages_of_their_own() {
+        let body = json!({"messages": [
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": ""}, {"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+                {"type": "text", "text": "done"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "aGk="}},
+                {"type": "tool_reference", "tool_name": "grep"},
+            ]}]},
+        ]});
+        let chat = as_chat(&body, false).unwrap();
+        assert_eq!(
+            chat["messages"][0]["reasoning"], "",
+            "an empty thinking block is present"
+        );
+        assert_eq!(
+            chat["messages"].as_array().unwrap()[1..],
+            [
+                json!({"role": "tool", "tool_call_id": "t", "content": "done"}),
+                json!({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGk="}}]}),
+                json!({"role": "tool", "tool_call_id": "t", "content": [{"type": "tool_reference", "name": "grep"}]}),
+            ]
+        );
     }
 
     #[test]

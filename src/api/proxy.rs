@@ -74,15 +74,24 @@ async fn run(
     let upload = input.upload.then_some(body);
     let tenant = tenant.map_or_else(|| "anonymous".into(), |t| t.0.id.clone());
     // Held until the request has its instance's slot: see `queue`.
-    let _reservation = match wait_for_room(&runtime, &input, &headers, &tenant).await {
+    let reservation = match wait_for_room(&runtime, &input, &headers, &tenant).await {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(e) => {
+            // Refused before any engine saw it: no tokens to charge.
+            if let Some(a) = &input.admission {
+                a.settle(Some(0), 0);
+            }
+            return e.into_response();
+        }
     };
     send(
         &runtime,
         input,
         (&path, axum::http::Method::POST),
-        &headers,
+        (
+            &headers,
+            reservation.map(|r| Box::new(r) as Box<dyn std::fmt::Debug + Send>),
+        ),
         upload,
         &tenant,
         wire,
@@ -128,7 +137,7 @@ pub async fn send(
     runtime: &Runtime,
     input: RouteInput,
     (path, method): (&str, axum::http::Method),
-    headers: &HeaderMap,
+    (headers, until_claimed): (&HeaderMap, Option<Box<dyn std::fmt::Debug + Send>>),
     upload: Option<Body>,
     tenant: &str,
     wire: Wire,
@@ -152,6 +161,7 @@ pub async fn send(
         upload,
         input,
         keepalive: wire == Wire::Plain,
+        until_claimed,
     })
     .await;
     // Counted in kvgate_requests_total by the count layer, refusals alike.

@@ -71,7 +71,7 @@ pub async fn by_id(
         &runtime,
         input,
         (&path, method),
-        &headers,
+        (&headers, None),
         None,
         &tenant.id,
         super::proxy::Wire::Plain,

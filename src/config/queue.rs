@@ -111,11 +111,12 @@ pub(super) fn validate(raw: Option<RawQueue>) -> Result<QueueConfig, ConfigError
         max_in_flight: to_usize(range("max_in_flight", raw.max_in_flight, 1, 1_000_000, 8)?),
         max_waiting: range("max_waiting", raw.max_waiting, 0, 1_000_000, 0)?,
         max_kv_usage,
+        // Readings go stale after 5 s (upstream::engine_load::STALE).
         engine_poll: Duration::from_millis(range(
             "engine_poll_ms",
             raw.engine_poll_ms,
             10,
-            60_000,
+            2_000,
             250,
         )?),
         max_length: to_usize(range("max_length", raw.max_length, 1, 10_000_000, 1024)?),

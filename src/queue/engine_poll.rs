@@ -44,7 +44,7 @@ pub async fn run(state: Weak<AppState>) {
 async fn read(client: reqwest::Client, inst: Arc<Instance>) {
     use crate::upstream::engine_load::{fetch_metrics, parse};
     let text = fetch_metrics(&client, &inst.url, TIMEOUT).await;
-    if let Some((waiting, kv)) = text.as_deref().and_then(parse) {
-        inst.engine_read(waiting, kv);
+    if let Some(reading) = text.as_deref().and_then(parse) {
+        inst.engine_read(reading);
     }
 }

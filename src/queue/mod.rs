@@ -89,8 +89,25 @@ impl FairQueue {
     /// The endpoint's instances and config as of this build; whatever now
     /// has room is released.
     pub fn configure(&self, instances: Vec<Arc<Instance>>, config: QueueConfig) {
+        let enabled = config.enabled;
         self.fleet.store(Arc::new(Fleet { instances, config }));
-        self.pump();
+        if enabled {
+            self.pump();
+            return;
+        }
+        // Queueing turned off: whoever waits goes on, as new requests do.
+        let mut inner = self.lock();
+        let waiting = inner.order.drain();
+        inner.reserved += waiting.len();
+        drop(inner);
+        self.waiting.store(0, Ordering::Relaxed);
+        for w in waiting {
+            if let Err(mut unused) = w.tx.send(self.reservation()) {
+                unused.queue = Weak::new();
+                let mut inner = self.lock();
+                inner.reserved = inner.reserved.saturating_sub(1);
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -131,7 +148,9 @@ impl FairQueue {
     /// has taken its instance's slot.
     pub async fn enter(&self, ask: Ask<'_>) -> Result<Option<Reservation>, ApiError> {
         let fleet = self.fleet.load_full();
-        if !fleet.config.enabled {
+        // Off, or nothing to wait for: with no instance available the
+        // request goes on to be answered 503 (or tried on one unconfirmed).
+        if !fleet.config.enabled || !fleet.instances.iter().any(|i| i.available()) {
             return Ok(None);
         }
         let labels = (self.endpoint.as_str(), ask.tenant, ask.priority.name());
@@ -145,13 +164,9 @@ impl FairQueue {
             }
             if inner.order.is_empty() && Self::room(&fleet, inner.reserved) > 0 {
                 inner.reserved += 1;
-                self.charge_input(
-                    &mut inner,
-                    &fleet.config,
-                    ask.tenant,
-                    ask.prompt_tokens,
-                    ask.weight,
-                );
+                let weighted = fleet.config.input_weight * ask.prompt_tokens as f64;
+                inner.order.served_at_once(ask.tenant, weighted, ask.weight);
+                crate::telemetry::tenant_service(&self.endpoint, ask.tenant, weighted);
                 crate::telemetry::queue_released(labels, 0.0);
                 return Ok(Some(self.reservation()));
             }
@@ -173,6 +188,9 @@ impl FairQueue {
             crate::telemetry::queue_waiting(labels, inner.order.waiting(ask.tenant, ask.priority));
             (rx, id)
         };
+        // A slot may have freed between the room check and the push, its
+        // pump seeing nobody waiting yet.
+        self.pump();
         let started = Instant::now();
         // Takes the request out if the client leaves or the wait runs out.
         let queued = Queued {

@@ -7,8 +7,10 @@
 //! Serving Large Language Models", OSDI 2024): each tenant's counter grows by
 //! `input_weight·input + output_weight·output` tokens ÷ its weight as it is
 //! served, and the least-served backlogged tenant goes next. A tenant that
-//! was idle rejoins at the least counter among the backlogged ones (the
-//! paper's counter lift), so idleness banks no credit to burst with later.
+//! was idle rejoins at the least counter among those backlogged in its class
+//! (the paper's counter lift), or, with nobody waiting there, at the counter
+//! of the last request served, so idleness banks no credit to burst with
+//! later. A request served at once (nobody waiting) moves that mark too.
 //! Under contention any two backlogged tenants' counters then stay within a
 //! bound of about `2·max(weighted cost of one request)` of each other.
 
@@ -89,7 +91,7 @@ impl<W> Order<W> {
 
     /// Queue a request; its id, for [`Order::remove`].
     pub fn push(&mut self, tenant: &str, priority: Priority, waiter: W) -> u64 {
-        let lift = self.least_backlogged().unwrap_or(self.floor);
+        let lift = self.least_backlogged(slot(priority)).unwrap_or(self.floor);
         let t = self.tenants.entry(Arc::from(tenant)).or_default();
         if !t.backlogged() {
             t.service = t.service.max(lift);
@@ -101,10 +103,11 @@ impl<W> Order<W> {
         id
     }
 
-    fn least_backlogged(&self) -> Option<f64> {
+    /// The least counter among tenants waiting in class slot `s`.
+    fn least_backlogged(&self, s: usize) -> Option<f64> {
         self.tenants
             .values()
-            .filter(|t| t.backlogged())
+            .filter(|t| !t.waiting[s].is_empty())
             .map(|t| t.service)
             .min_by(f64::total_cmp)
     }
@@ -154,6 +157,19 @@ impl<W> Order<W> {
                 waiting: Default::default(),
             });
         t.service += weighted / weight.max(1e-9);
+    }
+
+    /// Count service to a request served at once, nobody waiting: the
+    /// tenant rejoins as [`Order::push`] would have it, and is the last served.
+    pub fn served_at_once(&mut self, tenant: &str, weighted: f64, weight: f64) {
+        let floor = self.floor;
+        let t = self.tenants.entry(Arc::from(tenant)).or_default();
+        if !t.backlogged() {
+            t.service = t.service.max(floor);
+        }
+        let before = t.service;
+        t.service += weighted / weight.max(1e-9);
+        self.floor = self.floor.max(before);
     }
 
     /// Every waiting request, for a shutdown that refuses them.
@@ -222,6 +238,28 @@ mod tests {
         let before = o.service("b");
         o.charge("b", 100.0, 2.0);
         assert_eq!(o.service("b"), before + 50.0);
+    }
+
+    #[test]
+    fn lifts_stay_within_a_class_and_at_once_service_moves_the_mark() {
+        let mut o = Order::default();
+        // An hour served at once: the mark moves with it.
+        for _ in 0..100 {
+            o.served_at_once("a", 1000.0, 1.0);
+        }
+        o.push("b", Priority::Normal, "b1");
+        assert!(
+            o.service("b") >= 98_000.0,
+            "b banked credit: {}",
+            o.service("b")
+        );
+        // A starved low-class tenant does not drag a normal one's lift down.
+        let mut o = Order::default();
+        o.push("low", Priority::Low, "l1");
+        o.charge("n1", 1e6, 1.0);
+        o.push("n1", Priority::Normal, "n1");
+        o.push("n2", Priority::Normal, "n2");
+        assert_eq!(o.service("n2"), 1e6);
     }
 
     #[test]

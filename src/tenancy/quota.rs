@@ -434,6 +434,14 @@ impl Admission {
         }
     }
 
+    /// Whether the fair queue waits for this request's completion tokens.
+    pub fn counts_service(&self) -> bool {
+        self.served
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
     /// The callback, to call later (once a stream's tokens are counted).
     pub fn take_served(&self) -> Option<OnServed> {
         self.served.lock().unwrap_or_else(|e| e.into_inner()).take()

@@ -1,30 +1,50 @@
 //! An instance's load as its engine reports it on `/metrics`: requests
-//! waiting for a batch slot (`vllm:num_requests_waiting`, SGLang's
+//! running and waiting for a batch slot (`vllm:num_requests_running`,
+//! `vllm:num_requests_waiting`; SGLang's `sglang:num_running_reqs`,
 //! `sglang:num_queue_reqs`) and the KV cache's fill (`vllm:kv_cache_usage_perc`,
 //! vLLM < 0.10's `vllm:gpu_cache_usage_perc`, SGLang's `sglang:token_usage`),
-//! read by `queue::engine_poll` while queueing is on. A figure older than
+//! read by `queue::engine_poll` while queueing is on. A reading older than
 //! [`STALE`] is not believed: an engine that stops answering `/metrics` is
 //! judged by the gateway's own in-flight bound alone.
 //!
-//! Between readings the gateway counts what it sent since the last one, so
-//! one reading of "nobody waiting" lets `max_waiting + 1` requests through,
-//! not the whole queue: the engine's room is
-//! `max_waiting + 1 − waiting − sent since the reading`.
+//! How many more requests an engine takes: while it has no queue, as many
+//! as the gateway's bound allows — until a reading shows requests waiting,
+//! which shows its batch capacity too (what was running then). For
+//! [`CAPACITY_MEMORY`] after such a reading its room is
+//! `capacity + max_waiting − running − waiting − sent since the reading`
+//! (those still in flight), so one reading of a freed slot lets one request
+//! through, not the whole queue, and a busy engine is kept at its capacity
+//! without a queue of its own. A full KV cache takes nothing.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long a reading stands.
 pub const STALE: Duration = Duration::from_secs(5);
+/// How long a batch capacity seen at a reading with requests waiting is believed.
+pub const CAPACITY_MEMORY: Duration = Duration::from_secs(10);
+
+/// One reading of an engine's `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Reading {
+    pub waiting: u64,
+    pub running: u64,
+    /// 0–1.
+    pub kv_usage: f64,
+}
 
 /// The latest reading; all zero until the first.
 #[derive(Debug, Default)]
 pub struct EngineLoad {
     waiting: AtomicU64,
+    running: AtomicU64,
     /// KV usage in millionths.
     kv_usage_ppm: AtomicU32,
     /// When it was read, in the instance clock's milliseconds (0: never).
     read_at_ms: AtomicU64,
+    /// Requests running at the last reading that had some waiting, and when.
+    capacity: AtomicU64,
+    capacity_at_ms: AtomicU64,
     /// Requests sent to the instance, ever, and as of the last reading.
     sent: AtomicU64,
     sent_at_read: AtomicU64,
@@ -36,40 +56,61 @@ impl EngineLoad {
         self.sent.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// How many more requests the engine takes before more than
-    /// `max_waiting` wait, or 0 with its KV cache at `max_kv_usage`; `None`
-    /// without a fresh reading.
-    pub fn room(&self, max_waiting: u64, max_kv_usage: f64, now_ms: u64) -> Option<u64> {
-        let (waiting, kv) = self.reading(now_ms)?;
-        if kv >= max_kv_usage {
+    pub fn set(&self, r: Reading, now_ms: u64) {
+        let now_ms = now_ms.max(1);
+        self.sent_at_read
+            .store(self.sent.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.waiting.store(r.waiting, Ordering::Relaxed);
+        self.running.store(r.running, Ordering::Relaxed);
+        let ppm = (r.kv_usage.clamp(0.0, 1.0) * 1e6) as u32;
+        self.kv_usage_ppm.store(ppm, Ordering::Relaxed);
+        if r.waiting > 0 && r.running > 0 {
+            self.capacity.store(r.running, Ordering::Relaxed);
+            self.capacity_at_ms.store(now_ms, Ordering::Relaxed);
+        }
+        self.read_at_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// The last reading, when taken within [`STALE`] of `now_ms`.
+    pub fn reading(&self, now_ms: u64) -> Option<Reading> {
+        let at = self.read_at_ms.load(Ordering::Relaxed);
+        let fresh = at > 0 && now_ms.saturating_sub(at) <= STALE.as_millis() as u64;
+        fresh.then(|| Reading {
+            waiting: self.waiting.load(Ordering::Relaxed),
+            running: self.running.load(Ordering::Relaxed),
+            kv_usage: f64::from(self.kv_usage_ppm.load(Ordering::Relaxed)) / 1e6,
+        })
+    }
+
+    /// How many more requests the engine takes (see the module docs), with
+    /// `in_flight` of the gateway's there now; `None`: no limit known.
+    pub fn room(
+        &self,
+        max_waiting: u64,
+        max_kv_usage: f64,
+        in_flight: u64,
+        now_ms: u64,
+    ) -> Option<u64> {
+        let r = self.reading(now_ms)?;
+        if r.kv_usage >= max_kv_usage {
             return Some(0);
         }
         let since = self
             .sent
             .load(Ordering::Relaxed)
-            .saturating_sub(self.sent_at_read.load(Ordering::Relaxed));
-        Some((max_waiting + 1).saturating_sub(waiting.saturating_add(since)))
-    }
-
-    pub fn set(&self, waiting: u64, kv_usage: f64, now_ms: u64) {
-        self.sent_at_read
-            .store(self.sent.load(Ordering::Relaxed), Ordering::Relaxed);
-        self.waiting.store(waiting, Ordering::Relaxed);
-        let ppm = (kv_usage.clamp(0.0, 1.0) * 1e6) as u32;
-        self.kv_usage_ppm.store(ppm, Ordering::Relaxed);
-        self.read_at_ms.store(now_ms.max(1), Ordering::Relaxed);
-    }
-
-    /// (waiting, KV usage) when read within [`STALE`] of `now_ms`.
-    pub fn reading(&self, now_ms: u64) -> Option<(u64, f64)> {
-        let at = self.read_at_ms.load(Ordering::Relaxed);
-        let fresh = at > 0 && now_ms.saturating_sub(at) <= STALE.as_millis() as u64;
-        fresh.then(|| {
-            (
-                self.waiting.load(Ordering::Relaxed),
-                f64::from(self.kv_usage_ppm.load(Ordering::Relaxed)) / 1e6,
-            )
-        })
+            .saturating_sub(self.sent_at_read.load(Ordering::Relaxed))
+            .min(in_flight);
+        let learned = now_ms.saturating_sub(self.capacity_at_ms.load(Ordering::Relaxed))
+            <= CAPACITY_MEMORY.as_millis() as u64;
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        if capacity > 0 && learned {
+            let busy = r.running + r.waiting + since;
+            Some((capacity + max_waiting).saturating_sub(busy))
+        } else if r.waiting > max_waiting {
+            Some(0)
+        } else {
+            None
+        }
     }
 }
 
@@ -92,52 +133,89 @@ pub async fn fetch_metrics(
     tokio::time::timeout(timeout, fetch).await.ok().flatten()
 }
 
-/// (waiting requests, KV usage 0–1) from a Prometheus text exposition,
-/// summed over label sets (an engine serving several models); `None` when
-/// neither family is there.
-pub fn parse(text: &str) -> Option<(u64, f64)> {
-    let (mut waiting, mut usage, mut seen) = (0.0f64, 0.0f64, false);
+/// A reading from a Prometheus text exposition, counts summed over label
+/// sets (an engine serving several models); `None` when it has none of
+/// the families.
+pub fn parse(text: &str) -> Option<Reading> {
+    let (mut r, mut seen) = (Reading::default(), false);
+    let (mut waiting, mut running) = (0.0f64, 0.0f64);
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let name = line.split(['{', ' ']).next().unwrap_or("");
         let value = || line.rsplit(' ').next()?.parse::<f64>().ok();
         match name {
             "vllm:num_requests_waiting" | "sglang:num_queue_reqs" => {
                 waiting += value().unwrap_or(0.0);
-                seen = true;
+            }
+            "vllm:num_requests_running" | "sglang:num_running_reqs" => {
+                running += value().unwrap_or(0.0);
             }
             "vllm:kv_cache_usage_perc" | "vllm:gpu_cache_usage_perc" | "sglang:token_usage" => {
-                usage = usage.max(value().unwrap_or(0.0));
-                seen = true;
+                r.kv_usage = r.kv_usage.max(value().unwrap_or(0.0));
             }
-            _ => {}
+            _ => continue,
         }
+        seen = true;
     }
-    seen.then(|| (waiting.max(0.0) as u64, usage))
+    r.waiting = waiting.max(0.0) as u64;
+    r.running = running.max(0.0) as u64;
+    seen.then_some(r)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn reading(waiting: u64, running: u64, kv_usage: f64) -> Reading {
+        Reading {
+            waiting,
+            running,
+            kv_usage,
+        }
+    }
+
     #[test]
-    fn reads_vllm_and_sglang_and_forgets_stale_readings() {
+    fn reads_vllm_and_sglang() {
         let vllm = "# HELP vllm:num_requests_waiting x\nvllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 3.0\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.25\nvllm:num_requests_running{engine=\"0\"} 8.0\n";
-        assert_eq!(parse(vllm), Some((3, 0.25)));
-        assert_eq!(
-            parse("sglang:num_queue_reqs{a=\"b\"} 2\nsglang:token_usage 0.5\n"),
-            Some((2, 0.5))
-        );
+        assert_eq!(parse(vllm), Some(reading(3, 8, 0.25)));
+        let sglang =
+            "sglang:num_queue_reqs{a=\"b\"} 2\nsglang:num_running_reqs 4\nsglang:token_usage 0.5\n";
+        assert_eq!(parse(sglang), Some(reading(2, 4, 0.5)));
         assert_eq!(parse("other 1\n"), None);
+    }
+
+    #[test]
+    fn room_comes_from_the_capacity_a_queue_showed() {
         let l = EngineLoad::default();
-        assert_eq!(l.reading(10), None);
-        l.set(4, 0.9, 1000);
-        assert_eq!(l.reading(1500), Some((4, 0.9)));
-        assert_eq!(l.room(0, 0.95, 1500), Some(0));
-        l.set(0, 0.5, 2000);
-        assert_eq!(l.room(1, 0.95, 2000), Some(2));
+        assert_eq!(l.room(0, 0.95, 0, 10), None, "no reading");
+        // No queue: no limit known (the gateway's bound applies).
+        l.set(reading(0, 3, 0.2), 1000);
+        assert_eq!(l.room(0, 0.95, 3, 1000), None);
+        // A queue shows the batch is full at 4.
+        l.set(reading(2, 4, 0.5), 2000);
+        assert_eq!(l.room(0, 0.95, 6, 2000), Some(0));
+        assert_eq!(
+            l.room(3, 0.95, 6, 2000),
+            Some(1),
+            "max_waiting 3 leaves one"
+        );
+        // One finished: one slot, taken by the next request sent.
+        l.set(reading(0, 3, 0.5), 2500);
+        assert_eq!(l.room(0, 0.95, 3, 2500), Some(1));
         l.sent();
-        assert_eq!(l.room(1, 0.95, 2000), Some(1));
-        assert_eq!(l.room(1, 0.5, 2000), Some(0), "a full cache takes nothing");
-        assert_eq!(l.reading(2000 + STALE.as_millis() as u64 + 1), None);
+        assert_eq!(l.room(0, 0.95, 4, 2500), Some(0));
+        // A full cache takes nothing; stale readings and capacities lapse.
+        assert_eq!(l.room(9, 0.5, 4, 2500), Some(0));
+        assert_eq!(
+            l.room(0, 0.95, 4, 2500 + STALE.as_millis() as u64 + 1),
+            None
+        );
+        l.set(
+            reading(0, 3, 0.5),
+            2000 + CAPACITY_MEMORY.as_millis() as u64 + 1,
+        );
+        assert_eq!(
+            l.room(0, 0.95, 3, 2000 + CAPACITY_MEMORY.as_millis() as u64 + 1),
+            None
+        );
     }
 }

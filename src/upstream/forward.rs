@@ -42,6 +42,10 @@ pub struct Forward<'a> {
     /// A streamed upload to send instead of `input.body`: it can be sent once,
     /// so such a request gets one attempt.
     pub upload: Option<Body>,
+    /// Dropped once the request holds an instance's slot: the room a fair
+    /// queue promised it (`queue::Reservation`), so that it is not counted
+    /// twice while the request runs.
+    pub until_claimed: Option<Box<dyn std::fmt::Debug + Send>>,
 }
 
 /// Where the request went and why, for logs.
@@ -118,6 +122,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         let indexed =
             ep.config.routing.strategy.uses_index() && f.input.placement != Placement::Load;
         let mut guard = instance.claim(ep.policy.queued_charge(&request, &load));
+        drop(f.until_claimed.take());
         if !f.input.stream {
             // Its first byte will be its last: time the charge out instead.
             guard.release_at_drain(load.queued_prefill);
@@ -381,11 +386,16 @@ fn client_response(
     // Only a stream that reports no usage needs its text counted, and only
     // for a tenant with a token limit; the chunks are kept either way (by
     // reference) because which kind it is shows only at its end.
-    let keep = is_sse && admission.as_ref().is_some_and(|a| a.counts_tokens());
+    let keep = is_sse
+        && admission
+            .as_ref()
+            .is_some_and(|a| a.counts_tokens() || a.counts_service());
     // The tenant's admission (concurrency slot, token charge) lives exactly
     // as long as this closure: until the body ends or the client leaves.
     let on_done = Box::new(
         move |usage: Option<super::usage::Usage>, transcript: Option<Vec<bytes::Bytes>>| {
+            // A token count's `input_tokens` is the answer, not tokens served.
+            let usage = usage.filter(|_| route != Route::CountTokens);
             if let Some(a) = admission {
                 settle(&a, usage, transcript, &instance.endpoint);
             }
@@ -455,19 +465,20 @@ fn settle(
         );
         return;
     };
-    let (Some(charge), Ok(rt)) = (
-        admission.take_charge(),
-        tokio::runtime::Handle::try_current(),
-    ) else {
-        admission.served(0);
+    let (charge, served) = (admission.take_charge(), admission.take_served());
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    if charge.is_none() && served.is_none() {
+        return;
+    }
     let endpoint = endpoint.to_owned();
-    let served = admission.take_served();
     rt.spawn_blocking(move || {
         let counted = super::completion::count(&chunks);
-        telemetry::completion_tokens(&endpoint, "counted", counted);
-        charge.settle(None, counted);
+        if let Some(c) = charge {
+            telemetry::completion_tokens(&endpoint, "counted", counted);
+            c.settle(None, counted);
+        }
         if let Some(f) = served {
             f.call(counted);
         }

@@ -323,8 +323,6 @@ impl Instance {
         }
     }
 
-    /// Count one more request in flight until the guard drops, and `prefill`
-    /// more tokens queued until [`InflightGuard::prefill_done`].
     /// Tell `hook` whenever a slot here frees; set once, by the endpoint
     /// that owns the instance (its queue is kept across reloads, as the
     /// instance is).
@@ -335,14 +333,18 @@ impl Instance {
     /// How many more requests its engine takes by its last reading (see
     /// `EngineLoad::room`); `None` without a fresh one.
     pub fn engine_room(&self, max_waiting: u64, max_kv_usage: f64) -> Option<u64> {
-        self.engine.room(max_waiting, max_kv_usage, now_ms())
+        let in_flight = self.in_flight() as u64;
+        self.engine
+            .room(max_waiting, max_kv_usage, in_flight, now_ms())
     }
 
     /// Record a reading of its engine's load, taken now.
-    pub fn engine_read(&self, waiting: u64, kv_usage: f64) {
-        self.engine.set(waiting, kv_usage, now_ms());
+    pub fn engine_read(&self, reading: super::engine_load::Reading) {
+        self.engine.set(reading, now_ms());
     }
 
+    /// Count one more request in flight until the guard drops, and `prefill`
+    /// more tokens queued until [`InflightGuard::prefill_done`].
     pub fn claim(self: &Arc<Self>, prefill: u64) -> InflightGuard {
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         self.engine.sent();

@@ -303,8 +303,8 @@ async fn an_engine_reporting_waiting_requests_is_saturated_and_the_rest_wait_in_
             .text()
             .await
             .unwrap();
-        if let Some((w, _)) = kvgate::upstream::engine_load::parse(&text) {
-            engine_max = engine_max.max(w);
+        if let Some(r) = kvgate::upstream::engine_load::parse(&text) {
+            engine_max = engine_max.max(r.waiting);
         }
         gateway_max = gateway_max.max(waiting(&gw));
         tokio::time::sleep(Duration::from_millis(25)).await;
@@ -320,4 +320,44 @@ async fn an_engine_reporting_waiting_requests_is_saturated_and_the_rest_wait_in_
         engine_max <= 2,
         "the engine's own queue reached {engine_max}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_queueing_off_lets_the_waiting_go_and_a_dead_fleet_is_not_waited_for() {
+    let (up, gw, yaml) = saturated(Duration::from_millis(500), "").await;
+    let holder = spawn(&gw, "/v1/chat/completions", "a", ask("hold"));
+    eventually("the slot is taken", || up.seen().len() == 1).await;
+    let waiter = spawn(&gw, "/v1/chat/completions", "b", ask("waits"));
+    eventually("it waits", || waiting(&gw) == 1).await;
+    let off = yaml.replace("queue:\n", "queue:\n  enabled: false\n");
+    gw.state
+        .reload(kvgate::Config::from_yaml(&with_admin(&off)).unwrap())
+        .unwrap();
+    // Released at once, not after max_wait_ms.
+    let (status, _) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiting request stayed queued after queueing was turned off")
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(holder.await.unwrap().0, 200);
+    // With every instance cooling down, a request is not queued: it is tried
+    // at once (the last-resort attempt on an instance taken out, or a 503).
+    gw.state
+        .reload(kvgate::Config::from_yaml(&with_admin(&yaml)).unwrap())
+        .unwrap();
+    let rt = gw.state.runtime.load_full();
+    for i in &rt.endpoint("queued").unwrap().instances {
+        i.cool_down(Duration::from_secs(60));
+    }
+    let started = std::time::Instant::now();
+    let r = post(
+        &gw,
+        "/v1/chat/completions",
+        Some("sk-a"),
+        serde_json::to_vec(&ask("down")).unwrap(),
+    )
+    .await;
+    assert!(r.status() == 200 || r.status() == 503, "{}", r.status());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(waiting(&gw), 0);
 }

@@ -185,7 +185,8 @@ async fn the_gateways_token_keys_equal_vllms_for_system_turns_and_tools() {
     let body = json!({
         "model": MODEL,
         "messages": [
-            {"role": "system", "content": document("a system prompt", 120)},
+            // vLLM drops Claude Code's per-request billing line from system text.
+            {"role": "system", "content": format!("x-anthropic-billing-header: cc_version=2.1; cch=93a1f;\n{}", document("a system prompt", 120))},
             {"role": "user", "content": "What is the weather in Paris and in Rome?"},
             {"role": "assistant", "content": "Let me look that up for you."},
             {"role": "user", "content": document("a long follow-up", 150)},

@@ -190,7 +190,9 @@ async fn requests_wait_in_the_gateway_while_the_engine_reports_its_kv_cache_full
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let text = fleet.engines[0].metrics_text().await;
-    let (_, kv) = kvgate::upstream::engine_load::parse(&text).unwrap();
+    let kv = kvgate::upstream::engine_load::parse(&text)
+        .unwrap()
+        .kv_usage;
     assert!(kv > 0.0, "{text}");
     // A second request now waits in the gateway, and is served once the
     // first has finished and freed its blocks.

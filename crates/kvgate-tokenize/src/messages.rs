@@ -5,7 +5,10 @@
 //! to its text parts joined with "\n"; null or absent to ""), copies `name`,
 //! `tool_calls`, `tool_call_id` and reasoning fields, and parses each tool
 //! call's `function.arguments` from a JSON string into an object, because HF
-//! templates expect a mapping there.
+//! templates expect a mapping there. Since vLLM 0.32 it also drops Claude
+//! Code's per-request `x-anthropic-billing-header` line from system text
+//! (`_strip_claude_code_billing_header`), and gives an assistant's
+//! `reasoning` to the template as `reasoning_content` too.
 
 use minijinja::Value;
 use serde_json::Value as Json;
@@ -17,6 +20,45 @@ const TEXT_PARTS: [&str; 3] = ["text", "input_text", "output_text"];
 
 /// Fields copied from a message to the template as they are.
 const PASSED: [&str; 4] = ["name", "tool_call_id", "reasoning_content", "reasoning"];
+
+/// The first line of Claude Code's system text, different in every request.
+const BILLING_HEADER: &str = "x-anthropic-billing-header";
+
+/// A system text without its billing-header line (`None`: nothing left).
+fn strip_billing(text: &str) -> Option<&str> {
+    if !text.starts_with(BILLING_HEADER) {
+        return Some(text);
+    }
+    text.split_once('\n')
+        .map(|(_, rest)| rest)
+        .filter(|r| !r.is_empty())
+}
+
+/// A system message's content with billing-header lines dropped.
+fn without_billing(content: Option<&Json>) -> Option<Json> {
+    match content? {
+        Json::String(s) => Some(Json::Array(
+            strip_billing(s)
+                .map(|t| serde_json::json!({"type": "text", "text": t}))
+                .into_iter()
+                .collect(),
+        )),
+        Json::Array(parts) => Some(Json::Array(
+            parts
+                .iter()
+                .filter_map(|p| match p.get("text").and_then(Json::as_str) {
+                    Some(t) if p.get("type").and_then(Json::as_str) == Some("text") => {
+                        let mut p = p.clone();
+                        p["text"] = Json::from(strip_billing(t)?);
+                        Some(p)
+                    }
+                    _ => Some(p.clone()),
+                })
+                .collect(),
+        )),
+        other => Some(other.clone()),
+    }
+}
 
 /// `body["messages"]` as template values.
 pub(crate) fn conversation(body: &Json) -> Result<Value, TokenizeError> {
@@ -34,16 +76,27 @@ pub(crate) fn conversation(body: &Json) -> Result<Value, TokenizeError> {
         let Some(Json::String(role)) = message.get("role") else {
             return Err(bad(format!("messages[{i}] has no string \"role\"")));
         };
-        let content =
-            flatten(message.get("content")).map_err(|e| bad(format!("messages[{i}]: {e}")))?;
+        let stripped = (role == "system")
+            .then(|| without_billing(message.get("content")))
+            .flatten();
+        let content = flatten(stripped.as_ref().or(message.get("content")))
+            .map_err(|e| bad(format!("messages[{i}]: {e}")))?;
         let mut fields = vec![
             ("role", Value::from(role.as_str())),
             ("content", Value::from(content)),
         ];
+        let reasoning = message.get("reasoning").filter(|v| !v.is_null());
         for key in PASSED {
             if let Some(v) = message.get(key).filter(|v| !v.is_null()) {
+                // vLLM gives an assistant's `reasoning` as both names.
+                if key == "reasoning_content" && role == "assistant" && reasoning.is_some() {
+                    continue;
+                }
                 fields.push((key, to_value(v)));
             }
+        }
+        if let (Some(r), "assistant") = (reasoning, role.as_str()) {
+            fields.push(("reasoning_content", to_value(r)));
         }
         if let Some(calls) = message.get("tool_calls").filter(|v| !v.is_null()) {
             let Json::Array(calls) = calls else {

@@ -14,6 +14,9 @@
 //!          | SUB canonical-json          tool_use, tool_result, image, … in RFC 8785 form
 //! ```
 //!
+//! Claude Code starts its system text with an `x-anthropic-billing-header`
+//! line that differs in every request; vLLM drops it before rendering, and
+//! so does the window (a block that starts with it, or a string's first line).
 //! Images and documents are keyed by their data (the base64 string is part of
 //! the canonical JSON), never decoded. A top-level `system` and a leading
 //! `system`-role message (vLLM's extension, Claude Code's reminders) are the
@@ -45,6 +48,27 @@ pub const MESSAGE_BLOCK_TYPES: [&str; 14] = [
     "container_upload",
 ];
 
+/// Claude Code's per-request attribution line.
+const BILLING_HEADER: &str = "x-anthropic-billing-header";
+
+/// `text` without a leading billing-header line.
+fn without_billing(text: &str) -> &str {
+    if text.starts_with(BILLING_HEADER) {
+        text.split_once('\n').map_or("", |(_, rest)| rest)
+    } else {
+        text
+    }
+}
+
+/// A text block that is only a billing header (dropped from system text).
+fn is_billing_block(block: &Value) -> bool {
+    block.get("type").and_then(Value::as_str) == Some("text")
+        && block
+            .get("text")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.starts_with(BILLING_HEADER))
+}
+
 /// Roles a message may have (`system` is vLLM's extension).
 const ROLES: [&str; 3] = ["user", "assistant", "system"];
 
@@ -57,7 +81,7 @@ pub fn messages_window(body: &Value, max_chars: usize) -> Result<String, ShapeEr
     match body.get("system") {
         None | Some(Value::Null) => {}
         Some(Value::String(text)) => push_turn(&mut window, "system", |w| {
-            w.push_escaped(text);
+            w.push_escaped(without_billing(text));
             Ok(())
         })?,
         Some(Value::Array(blocks)) => {
@@ -100,6 +124,7 @@ fn push_turn(
 }
 
 fn system_blocks(window: &mut CharBudget, blocks: &[Value]) -> Result<(), ShapeError> {
+    let mut pushed = false;
     for (j, block) in blocks.iter().enumerate() {
         let text = match (block.get("type").and_then(Value::as_str), block.get("text")) {
             (Some("text"), Some(Value::String(text))) => text,
@@ -110,9 +135,13 @@ fn system_blocks(window: &mut CharBudget, blocks: &[Value]) -> Result<(), ShapeE
                 ));
             }
         };
-        if j > 0 {
+        if text.starts_with(BILLING_HEADER) {
+            continue;
+        }
+        if pushed {
             window.push(FS);
         }
+        pushed = true;
         window.push_escaped(text);
     }
     Ok(())
@@ -142,14 +171,24 @@ fn push_message(window: &mut CharBudget, message: &Value, i: usize) -> Result<()
     };
     match message.get("content") {
         Some(Value::String(text)) => push_turn(window, role, |w| {
+            let text = if role == "system" {
+                without_billing(text)
+            } else {
+                text
+            };
             w.push_escaped(text);
             Ok(())
         }),
         Some(Value::Array(blocks)) => push_turn(window, role, |w| {
+            let mut pushed = false;
             for (j, block) in blocks.iter().enumerate() {
-                if j > 0 {
+                if role == "system" && is_billing_block(block) {
+                    continue;
+                }
+                if pushed {
                     w.push(FS);
                 }
+                pushed = true;
                 push_block(w, block, i, j)?;
             }
             Ok(())
@@ -262,6 +301,27 @@ mod tests {
         };
         assert_ne!(turn("aGVsbG8="), turn("d29ybGQ="));
         assert!(turn("aGVsbG8=").contains("\u{1a}{\"id\":\"t1\",\"input\":{\"path\":\"a\"}"));
+    }
+
+    #[test]
+    fn claude_codes_billing_header_is_not_part_of_the_prompt() {
+        let with = |header: &str| {
+            window(json!({
+                "system": [
+                    {"type": "text", "text": format!("x-anthropic-billing-header: cc_version=2.1; cch={header};")},
+                    {"type": "text", "text": "You are Claude Code."},
+                ],
+                "messages": [
+                    {"role": "system", "content": format!("x-anthropic-billing-header: cch={header}\nreminder")},
+                    {"role": "user", "content": "hi"},
+                ],
+            }))
+        };
+        assert_eq!(with("93a1f"), with("0be77"));
+        assert_eq!(
+            with("93a1f"),
+            "system\u{1f}You are Claude Code.\u{1e}system\u{1f}reminder\u{1e}user\u{1f}hi\u{1e}"
+        );
     }
 
     #[test]
