@@ -97,10 +97,14 @@ async fn an_agents_turn_is_keyed_with_vllms_own_tokens_and_followed_on_its_event
     assert_eq!(status, 200, "{text}");
     assert_eq!(answer["type"], "message", "{answer}");
     let u = &answer["usage"];
-    let prompt = ["input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"]
-        .iter()
-        .map(|k| u[k].as_u64().unwrap_or(0))
-        .sum::<u64>();
+    let prompt = [
+        "input_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    ]
+    .iter()
+    .map(|k| u[k].as_u64().unwrap_or(0))
+    .sum::<u64>();
     assert_eq!(prompt, theirs.len() as u64, "{answer}");
 
     // Block by block, the engine's stored blocks match every gateway key.
