@@ -114,9 +114,24 @@ impl FairQueue {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Requests the fleet takes now: per available instance, the fewer of
-    /// its free slots under `max_in_flight` and its engine's room; less
-    /// those already promised to released requests.
+    /// Whether a request may pass at once, nobody waiting: some available
+    /// instance is under `max_in_flight` and its engine is not saturated,
+    /// beyond the room already promised to released requests.
+    fn open(fleet: &Fleet, reserved: usize) -> bool {
+        let c = &fleet.config;
+        let free: usize = fleet
+            .instances
+            .iter()
+            .filter(|i| i.available() && !i.engine_saturated(c.max_waiting, c.max_kv_usage))
+            .map(|i| c.max_in_flight.saturating_sub(i.in_flight()))
+            .sum();
+        free > reserved
+    }
+
+    /// How many held-back requests the fleet takes now: per available
+    /// instance, the fewer of its free slots under `max_in_flight` and its
+    /// engine's room (`EngineLoad::room`: one a request ended there, once it
+    /// queues); less the room already promised to released requests.
     fn room(fleet: &Fleet, reserved: usize) -> usize {
         let c = &fleet.config;
         let free: usize = fleet
@@ -139,7 +154,7 @@ impl FairQueue {
         let fleet = self.fleet.load();
         fleet.config.enabled && {
             let inner = self.lock();
-            !inner.order.is_empty() || Self::room(&fleet, inner.reserved) == 0
+            !inner.order.is_empty() || !Self::open(&fleet, inner.reserved)
         }
     }
 
@@ -162,7 +177,7 @@ impl FairQueue {
                     "the gateway is shutting down",
                 ));
             }
-            if inner.order.is_empty() && Self::room(&fleet, inner.reserved) > 0 {
+            if inner.order.is_empty() && Self::open(&fleet, inner.reserved) {
                 inner.reserved += 1;
                 let weighted = fleet.config.input_weight * ask.prompt_tokens as f64;
                 inner.order.served_at_once(ask.tenant, weighted, ask.weight);

@@ -7,22 +7,19 @@
 //! [`STALE`] is not believed: an engine that stops answering `/metrics` is
 //! judged by the gateway's own in-flight bound alone.
 //!
-//! How many more requests an engine takes: while it has no queue, as many
-//! as the gateway's bound allows — until a reading shows requests waiting,
-//! which shows its batch capacity too (what was running then). For
-//! [`CAPACITY_MEMORY`] after such a reading its room is
-//! `capacity + max_waiting − running − waiting − sent since the reading`
-//! (those still in flight), so one reading of a freed slot lets one request
-//! through, not the whole queue, and a busy engine is kept at its capacity
-//! without a queue of its own. A full KV cache takes nothing.
+//! Two uses. *Saturated*: the last reading shows more than `max_waiting`
+//! requests waiting or the KV cache at `max_kv_usage`. *Room* for requests
+//! the gateway holds back: `max_waiting + 1 − waiting − (sent − finished
+//! since the reading)`, so one reading of a freed engine lets one request
+//! through, each request that ends there makes room for one more, and the
+//! engine is kept busy without a queue of its own; a full KV cache takes
+//! nothing.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long a reading stands.
 pub const STALE: Duration = Duration::from_secs(5);
-/// How long a batch capacity seen at a reading with requests waiting is believed.
-pub const CAPACITY_MEMORY: Duration = Duration::from_secs(10);
 
 /// One reading of an engine's `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -42,12 +39,12 @@ pub struct EngineLoad {
     kv_usage_ppm: AtomicU32,
     /// When it was read, in the instance clock's milliseconds (0: never).
     read_at_ms: AtomicU64,
-    /// Requests running at the last reading that had some waiting, and when.
-    capacity: AtomicU64,
-    capacity_at_ms: AtomicU64,
-    /// Requests sent to the instance, ever, and as of the last reading.
+    /// Requests sent to the instance and ended there, ever, and as of the
+    /// last reading.
     sent: AtomicU64,
     sent_at_read: AtomicU64,
+    finished: AtomicU64,
+    finished_at_read: AtomicU64,
 }
 
 impl EngineLoad {
@@ -56,18 +53,21 @@ impl EngineLoad {
         self.sent.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A request sent there ended (or was given up).
+    pub fn finished(&self) {
+        self.finished.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn set(&self, r: Reading, now_ms: u64) {
         let now_ms = now_ms.max(1);
         self.sent_at_read
             .store(self.sent.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.finished_at_read
+            .store(self.finished.load(Ordering::Relaxed), Ordering::Relaxed);
         self.waiting.store(r.waiting, Ordering::Relaxed);
         self.running.store(r.running, Ordering::Relaxed);
         let ppm = (r.kv_usage.clamp(0.0, 1.0) * 1e6) as u32;
         self.kv_usage_ppm.store(ppm, Ordering::Relaxed);
-        if r.waiting > 0 && r.running > 0 {
-            self.capacity.store(r.running, Ordering::Relaxed);
-            self.capacity_at_ms.store(now_ms, Ordering::Relaxed);
-        }
         self.read_at_ms.store(now_ms, Ordering::Relaxed);
     }
 
@@ -82,35 +82,27 @@ impl EngineLoad {
         })
     }
 
-    /// How many more requests the engine takes (see the module docs), with
-    /// `in_flight` of the gateway's there now; `None`: no limit known.
-    pub fn room(
-        &self,
-        max_waiting: u64,
-        max_kv_usage: f64,
-        in_flight: u64,
-        now_ms: u64,
-    ) -> Option<u64> {
+    /// Whether the last reading says saturated (see the module docs);
+    /// without a fresh reading, no.
+    pub fn saturated(&self, max_waiting: u64, max_kv_usage: f64, now_ms: u64) -> bool {
+        self.reading(now_ms)
+            .is_some_and(|r| r.waiting > max_waiting || r.kv_usage >= max_kv_usage)
+    }
+
+    /// How many requests held back may go to the engine now (see the
+    /// module docs); `None` without a fresh reading.
+    pub fn room(&self, max_waiting: u64, max_kv_usage: f64, now_ms: u64) -> Option<u64> {
         let r = self.reading(now_ms)?;
         if r.kv_usage >= max_kv_usage {
             return Some(0);
         }
-        let since = self
-            .sent
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.sent_at_read.load(Ordering::Relaxed))
-            .min(in_flight);
-        let learned = now_ms.saturating_sub(self.capacity_at_ms.load(Ordering::Relaxed))
-            <= CAPACITY_MEMORY.as_millis() as u64;
-        let capacity = self.capacity.load(Ordering::Relaxed);
-        if capacity > 0 && learned {
-            let busy = r.running + r.waiting + since;
-            Some((capacity + max_waiting).saturating_sub(busy))
-        } else if r.waiting > max_waiting {
-            Some(0)
-        } else {
-            None
-        }
+        let since = |total: &AtomicU64, at: &AtomicU64| {
+            i128::from(total.load(Ordering::Relaxed)) - i128::from(at.load(Ordering::Relaxed))
+        };
+        let net =
+            since(&self.sent, &self.sent_at_read) - since(&self.finished, &self.finished_at_read);
+        let room = i128::from(max_waiting) + 1 - i128::from(r.waiting) - net;
+        Some(u64::try_from(room.max(0)).unwrap_or(u64::MAX))
     }
 }
 
@@ -184,38 +176,28 @@ mod tests {
     }
 
     #[test]
-    fn room_comes_from_the_capacity_a_queue_showed() {
+    fn room_is_a_slot_per_request_ended_once_the_engine_queues() {
         let l = EngineLoad::default();
-        assert_eq!(l.room(0, 0.95, 0, 10), None, "no reading");
-        // No queue: no limit known (the gateway's bound applies).
+        assert_eq!(l.room(0, 0.95, 10), None, "no reading");
+        assert!(!l.saturated(0, 0.95, 10));
         l.set(reading(0, 3, 0.2), 1000);
-        assert_eq!(l.room(0, 0.95, 3, 1000), None);
-        // A queue shows the batch is full at 4.
-        l.set(reading(2, 4, 0.5), 2000);
-        assert_eq!(l.room(0, 0.95, 6, 2000), Some(0));
-        assert_eq!(
-            l.room(3, 0.95, 6, 2000),
-            Some(1),
-            "max_waiting 3 leaves one"
-        );
-        // One finished: one slot, taken by the next request sent.
-        l.set(reading(0, 3, 0.5), 2500);
-        assert_eq!(l.room(0, 0.95, 3, 2500), Some(1));
+        assert!(!l.saturated(0, 0.95, 1000));
+        assert_eq!(l.room(0, 0.95, 1000), Some(1));
         l.sent();
-        assert_eq!(l.room(0, 0.95, 4, 2500), Some(0));
-        // A full cache takes nothing; stale readings and capacities lapse.
-        assert_eq!(l.room(9, 0.5, 4, 2500), Some(0));
-        assert_eq!(
-            l.room(0, 0.95, 4, 2500 + STALE.as_millis() as u64 + 1),
-            None
-        );
-        l.set(
-            reading(0, 3, 0.5),
-            2000 + CAPACITY_MEMORY.as_millis() as u64 + 1,
-        );
-        assert_eq!(
-            l.room(0, 0.95, 3, 2000 + CAPACITY_MEMORY.as_millis() as u64 + 1),
-            None
-        );
+        assert_eq!(l.room(0, 0.95, 1000), Some(0));
+        // The engine queues: saturated, no room until requests end there.
+        l.set(reading(2, 4, 0.5), 2000);
+        assert!(l.saturated(0, 0.95, 2000));
+        assert!(!l.saturated(2, 0.95, 2000), "max_waiting 2 allows it");
+        assert_eq!(l.room(0, 0.95, 2000), Some(0));
+        l.finished();
+        l.finished();
+        assert_eq!(l.room(0, 0.95, 2000), Some(1));
+        l.sent();
+        assert_eq!(l.room(0, 0.95, 2000), Some(0));
+        // A full cache takes nothing; a stale reading is no reading.
+        assert_eq!(l.room(9, 0.5, 2000), Some(0));
+        assert!(l.saturated(9, 0.5, 2000));
+        assert_eq!(l.room(0, 0.95, 2000 + STALE.as_millis() as u64 + 1), None);
     }
 }

@@ -330,12 +330,16 @@ impl Instance {
         let _ = self.freed.set(hook);
     }
 
-    /// How many more requests its engine takes by its last reading (see
-    /// `EngineLoad::room`); `None` without a fresh one.
+    /// Whether its engine's last reading says it is saturated (see
+    /// `EngineLoad::saturated`).
+    pub fn engine_saturated(&self, max_waiting: u64, max_kv_usage: f64) -> bool {
+        self.engine.saturated(max_waiting, max_kv_usage, now_ms())
+    }
+
+    /// How many requests held back its engine takes now (see
+    /// `EngineLoad::room`); `None` without a fresh reading.
     pub fn engine_room(&self, max_waiting: u64, max_kv_usage: f64) -> Option<u64> {
-        let in_flight = self.in_flight() as u64;
-        self.engine
-            .room(max_waiting, max_kv_usage, in_flight, now_ms())
+        self.engine.room(max_waiting, max_kv_usage, now_ms())
     }
 
     /// Record a reading of its engine's load, taken now.
@@ -441,6 +445,7 @@ impl Drop for InflightGuard {
         self.prefill_done();
         let prev = self.instance.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.instance.series.in_flight(prev.saturating_sub(1));
+        self.instance.engine.finished();
         if let Some(hook) = self.instance.freed.get().and_then(Weak::upgrade) {
             hook.freed();
         }
