@@ -26,6 +26,9 @@
 //! Chat sessions go over OpenAI chat or Anthropic Messages ([`regime::Api`],
 //! [`conversation`]); [`agents`] runs the coding-agent workload under every
 //! strategy over both and writes `agents.md`.
+//!
+//! [`fairness`] measures the gateway's fair queue between tenants on a
+//! saturated fleet and writes `fairness.md`.
 
 pub mod agents;
 pub mod arm;
@@ -35,6 +38,7 @@ pub mod client;
 pub mod closed;
 pub mod conversation;
 pub mod driver;
+pub mod fairness;
 pub mod fleet;
 pub mod gateway_config;
 pub mod host;

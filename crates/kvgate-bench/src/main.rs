@@ -4,15 +4,18 @@
 //! narrowed by `--workload`, `--arrivals`, `--stream`, `--capacity`, `--api` or
 //! `--strategies`; `matrix-quick.md` with `--quick`); with `--agents`, the
 //! agent benchmark's `agents.md` (`agents-slice.md` when narrowed by `--api`
-//! or `--strategies`, `agents-quick.md` with `--quick`).
+//! or `--strategies`, `agents-quick.md` with `--quick`); `kvgate-loadbench
+//! fairness`: the fair-queueing benchmark's `fairness.md`.
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use kvgate_bench::matrix::{self, Options};
 use kvgate_bench::report;
-use kvgate_bench::{Api, Arm, Arrivals, Capacity, Kind, Regime, agents, bench, chart, host};
+use kvgate_bench::{
+    Api, Arm, Arrivals, Capacity, Kind, Regime, agents, bench, chart, fairness, host,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum WorkloadArg {
@@ -47,6 +50,8 @@ impl WorkloadArg {
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Which workloads to run (repeatable). `all` is `routing.md`'s six;
     /// with `--matrix`, those and `coding-agent`.
     #[arg(long, value_enum, default_values_t = [WorkloadArg::All])]
@@ -124,9 +129,22 @@ struct Args {
     kv_token_ratio: f64,
 }
 
+/// Benchmarks other than routing's.
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Fair queueing between tenants on a saturated fleet (issue 22), into
+    /// `fairness.md`; needs the release `kvgate` binary.
+    Fairness(fairness::Args),
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(Command::Fairness(f)) = &args.command {
+        let path = fairness::run(f, &host::context()).await?;
+        eprintln!("wrote {}", path.display());
+        return Ok(());
+    }
     let arrivals = args
         .arrivals
         .iter()
