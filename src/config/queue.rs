@@ -51,7 +51,9 @@ impl Default for QueueConfig {
     fn default() -> Self {
         Self {
             enabled: false,
-            max_in_flight: 8,
+            // vLLM's own max_num_seqs: the engine's readings say when it is
+            // saturated; this bounds what its first reading lets through.
+            max_in_flight: 256,
             max_waiting: 0,
             max_kv_usage: 0.98,
             engine_poll: Duration::from_millis(250),
@@ -108,7 +110,13 @@ pub(super) fn validate(raw: Option<RawQueue>) -> Result<QueueConfig, ConfigError
     let to_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
     Ok(QueueConfig {
         enabled: raw.enabled.unwrap_or(true),
-        max_in_flight: to_usize(range("max_in_flight", raw.max_in_flight, 1, 1_000_000, 8)?),
+        max_in_flight: to_usize(range(
+            "max_in_flight",
+            raw.max_in_flight,
+            1,
+            1_000_000,
+            d.max_in_flight as u64,
+        )?),
         max_waiting: range("max_waiting", raw.max_waiting, 0, 1_000_000, 0)?,
         max_kv_usage,
         // Readings go stale after 5 s (upstream::engine_load::STALE).
