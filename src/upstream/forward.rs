@@ -384,8 +384,9 @@ fn client_response(
     }
     let instance = Arc::clone(guard.instance());
     // Only a stream that reports no usage needs its text counted, and only
-    // for a tenant with a token limit; the chunks are kept either way (by
-    // reference) because which kind it is shows only at its end.
+    // for a tenant with a token limit or a fair queue counting its service;
+    // the chunks are kept either way (by reference) because which kind it
+    // is shows only at its end.
     let keep = is_sse
         && admission
             .as_ref()
