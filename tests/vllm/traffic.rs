@@ -133,7 +133,12 @@ async fn a_responses_follow_up_reaches_the_engine_that_stored_its_parent() {
             "max_output_tokens": 8
         }))
         .await;
-        assert_eq!(next["status"], "completed", "{next}");
+        // Answered from its parent (vLLM 404s a parent it does not hold);
+        // 8 tokens may end the answer before the model does.
+        let done = next["status"] == "completed"
+            || next["incomplete_details"]["reason"] == "max_output_tokens";
+        assert!(done, "{next}");
+        assert_eq!(next["previous_response_id"], json!(previous), "{next}");
         previous = next["id"].as_str().unwrap().to_owned();
     }
 }
@@ -179,10 +184,11 @@ async fn requests_wait_in_the_gateway_while_the_engine_reports_its_kv_cache_full
         let body = long.clone();
         tokio::spawn(async move { engines::post_json(&gw_url, None, &body).await.0 })
     };
-    // The engine's own reading, as the gateway parses it.
+    // The engine's own reading, as the gateway parses it: its KV cache in
+    // use (waiting requests aside: max_waiting is set out of reach here).
     let inst = gw.instances().remove(0);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while inst.engine_room(0, 0.05) != Some(0) {
+    while !inst.engine_saturated(u64::MAX, 0.05) {
         assert!(
             Instant::now() < deadline,
             "the engine never reported its cache in use"
@@ -190,10 +196,10 @@ async fn requests_wait_in_the_gateway_while_the_engine_reports_its_kv_cache_full
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let text = fleet.engines[0].metrics_text().await;
-    let kv = kvgate::upstream::engine_load::parse(&text)
-        .unwrap()
-        .kv_usage;
-    assert!(kv > 0.0, "{text}");
+    assert!(
+        kvgate::upstream::engine_load::parse(&text).is_some(),
+        "{text}"
+    );
     // A second request now waits in the gateway, and is served once the
     // first has finished and freed its blocks.
     let second = {
