@@ -133,17 +133,16 @@ fn kv_aware_decision(c: &mut Criterion) {
     });
     let headers = HeaderMap::new();
     let decide = |bytes: Bytes| {
-        let a =
-            kvgate::route_input::analyse(&rt, Api::Chat, None, &headers, bytes, "tenant").unwrap();
+        let a = kvgate::request::analyse(&rt, Api::Chat, None, &headers, bytes, "tenant").unwrap();
         let ep = &a.input.endpoint;
-        let (loads, _) = ep.view(&a.input);
+        let (loads, _) = a.input.view();
         black_box(ep.policy.plan(&a.input.routing_request(), &loads))
     };
     let same = Bytes::from(serde_json::to_vec(&base).unwrap());
     let plan = decide(same.clone());
     assert_eq!(
         plan.reason,
-        kvgate::routing::Reason::CacheHit,
+        kvgate_routing::Reason::CacheHit,
         "the fleet is warm"
     );
     let mut g = c.benchmark_group("kv_aware_decision_16KiB");

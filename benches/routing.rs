@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use axum::http::HeaderMap;
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use kvgate::routing::{self, BlockIndex, Load, PolicySpec, Request, Strategy};
 use kvgate_prefix::Api;
+use kvgate_routing::{self as routing, BlockIndex, Load, PolicySpec, Request, Strategy};
 
 mod common;
 
@@ -77,12 +77,8 @@ fn chat_body(bytes: usize) -> Vec<u8> {
 }
 
 /// The canonicalise layer's work for a chat body from tenant "tenant".
-fn analyse(
-    rt: &kvgate::Runtime,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> kvgate::route_input::Analysis {
-    kvgate::route_input::analyse(rt, Api::Chat, None, headers, body.clone(), "tenant").unwrap()
+fn analyse(rt: &kvgate::Runtime, headers: &HeaderMap, body: &Bytes) -> kvgate::request::Analysis {
+    kvgate::request::analyse(rt, Api::Chat, None, headers, body.clone(), "tenant").unwrap()
 }
 
 fn decision(c: &mut Criterion) {
@@ -110,7 +106,7 @@ endpoints:
             b.iter(|| {
                 let a = analyse(&rt, &headers, &body);
                 let ep = &a.input.endpoint;
-                let (loads, _) = ep.view(&a.input);
+                let (loads, _) = a.input.view();
                 black_box(ep.policy.plan(&Request::with_key(a.input.key), &loads))
             })
         });
@@ -169,7 +165,7 @@ fn longest_prefix_decision(c: &mut Criterion) {
             b.iter(|| {
                 let a = analyse(&rt, &headers, &body);
                 let ep = &a.input.endpoint;
-                let (loads, _) = ep.view(&a.input);
+                let (loads, _) = a.input.view();
                 let req = a.input.routing_request();
                 let plan = ep.policy.plan(&req, &loads);
                 let chosen = &ep.instances[plan.order[0]];

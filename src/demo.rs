@@ -8,9 +8,9 @@ use std::sync::Arc;
 use kvgate_sim::{KvEventsConfig, SimConfig, SimHandle, spawn_fleet};
 use kvgate_tokenize::PromptTokenizer;
 
-use crate::routing::Strategy;
-use crate::state::AppState;
+use crate::fleet::AppState;
 use crate::{Config, build_state};
+use kvgate_routing::Strategy;
 
 #[derive(Debug, Clone)]
 pub struct DemoOptions {

@@ -15,29 +15,20 @@
 
 pub mod anthropic;
 pub mod api;
-pub mod cluster;
 pub mod config;
-pub mod conn;
 pub mod demo;
-pub mod discovery;
 pub mod error;
-pub mod explain;
+pub mod fleet;
 pub mod kv_events;
-pub mod kv_prompt;
-pub mod middleware;
 pub mod openai;
-pub mod otel;
-pub mod queue;
-pub mod route_input;
-pub mod routing;
+pub mod request;
+pub mod route;
 pub mod sagemaker;
-mod server;
+pub mod server;
 pub mod simulate;
-pub mod state;
 pub mod telemetry;
 pub mod tenancy;
 pub mod upstream;
-pub mod warmup;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -45,7 +36,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 pub use config::Config;
-pub use state::{AppState, Runtime};
+pub use fleet::{AppState, Runtime};
 
 /// Build the shared state from a validated config.
 pub fn build_state(config: Config) -> anyhow::Result<Arc<AppState>> {
@@ -62,10 +53,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = api::router(Arc::clone(&state));
-    tokio::spawn(upstream::health::run(Arc::downgrade(&state)));
-    tokio::spawn(upstream::capacity::run(Arc::downgrade(&state)));
-    tokio::spawn(discovery::run(Arc::downgrade(&state)));
-    tokio::spawn(queue::engine_poll::run(Arc::downgrade(&state)));
+    tokio::spawn(fleet::health::run(Arc::downgrade(&state)));
+    tokio::spawn(fleet::capacity::run(Arc::downgrade(&state)));
+    tokio::spawn(fleet::discovery::run(Arc::downgrade(&state)));
+    tokio::spawn(fleet::queue::engine_poll::run(Arc::downgrade(&state)));
     tokio::spawn(telemetry::upkeep());
     // Requests waiting in a fair queue are refused (503) when shutdown
     // begins; those already forwarded get the grace period.

@@ -50,7 +50,7 @@ enum Command {
         /// Routing strategy: kv_aware (the simulated instances publish KV events),
         /// longest_prefix, prefix_aware, least_outstanding_requests, random, round_robin.
         #[arg(long, default_value = "kv_aware")]
-        strategy: kvgate::routing::Strategy,
+        strategy: kvgate_routing::Strategy,
     },
     /// GET a URL and exit 0 on a 2xx (the container's HEALTHCHECK; the image has no curl).
     Probe {
@@ -97,7 +97,7 @@ enum Command {
 /// Logs to stderr, and traces over OTLP when the standard OpenTelemetry
 /// environment names a collector (see `kvgate::otel`). The guard flushes
 /// the last spans when dropped.
-fn init_logs(json: bool) -> Option<kvgate::otel::Guard> {
+fn init_logs(json: bool) -> Option<kvgate::telemetry::otel::Guard> {
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
@@ -114,8 +114,8 @@ fn init_logs(json: bool) -> Option<kvgate::otel::Guard> {
         fmt.with_filter(filter).boxed()
     };
     let mut guard = None;
-    let otel = kvgate::otel::endpoint_from_env().and_then(|url| {
-        match kvgate::otel::layer(&url) {
+    let otel = kvgate::telemetry::otel::endpoint_from_env().and_then(|url| {
+        match kvgate::telemetry::otel::layer(&url) {
             Ok((layer, g)) => {
                 guard = Some((g, url));
                 // kvgate's own spans at INFO, whatever RUST_LOG says to the logs.
@@ -322,7 +322,7 @@ fn explain(
         .to_owned()
     });
     let runtime = kvgate::Runtime::build(cfg, None)?;
-    let v = kvgate::explain::explain(&runtime, &path, &map, body.into(), tenant)
+    let v = kvgate::request::explain::explain(&runtime, &path, &map, body.into(), tenant)
         .map_err(|e| anyhow::anyhow!("{} ({})", e.message, e.status()))?;
     Ok(serde_json::to_string_pretty(&v)?)
 }
@@ -348,7 +348,7 @@ async fn serve(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     let listen = cfg.server.listen;
     let state = kvgate::build_state(cfg)?;
     if let Some(path) = path {
-        tokio::spawn(kvgate::config::reload::watch(
+        tokio::spawn(kvgate::fleet::reload::watch(
             path,
             std::sync::Arc::clone(&state),
         ));

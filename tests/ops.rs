@@ -124,8 +124,8 @@ async fn reload_under_traffic_loses_nothing_and_moves_only_the_new_share() {
         (0..200u64)
             .map(|k| {
                 let plan = ep.policy.plan(
-                    &kvgate::routing::Request::with_key(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-                    &vec![kvgate::routing::Load::with_in_flight(0); ep.instances.len()],
+                    &kvgate_routing::Request::with_key(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                    &vec![kvgate_routing::Load::with_in_flight(0); ep.instances.len()],
                 );
                 ep.instances[plan.order[0]].id.clone()
             })
@@ -194,11 +194,11 @@ async fn an_invalid_config_file_keeps_the_running_config() {
         yaml.replace("concurrency_threshold: 10", "concurrency_threshold: 0"),
     )
     .unwrap();
-    let err = kvgate::config::reload::reload_from(&path, &gw.state).unwrap_err();
+    let err = kvgate::fleet::reload::reload_from(&path, &gw.state).unwrap_err();
     assert!(err.contains("concurrency_threshold"), "{err}");
     assert_eq!(gw.state.runtime.load().endpoints[0].instances.len(), 1);
     std::fs::write(&path, config(MODEL, &[&a, &b], "prefix_aware", 10)).unwrap();
-    kvgate::config::reload::reload_from(&path, &gw.state).unwrap();
+    kvgate::fleet::reload::reload_from(&path, &gw.state).unwrap();
     assert_eq!(gw.state.runtime.load().endpoints[0].instances.len(), 2);
     let metrics = gw.metrics().await;
     assert!(
@@ -344,7 +344,7 @@ async fn editing_the_config_file_reloads_it() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("kvgate.yaml");
     std::fs::write(&path, &yaml).unwrap();
-    let watcher = tokio::spawn(kvgate::config::reload::watch(
+    let watcher = tokio::spawn(kvgate::fleet::reload::watch(
         path.clone(),
         Arc::clone(&gw.state),
     ));
@@ -382,7 +382,7 @@ async fn a_configmap_style_symlink_swap_reloads() {
     std::fs::write(dir.join("..2026_12_01_first/kvgate.yaml"), &yaml).unwrap();
     symlink("..2026_12_01_first", dir.join("..data")).unwrap();
     symlink("..data/kvgate.yaml", dir.join("kvgate.yaml")).unwrap();
-    let watcher = tokio::spawn(kvgate::config::reload::watch(
+    let watcher = tokio::spawn(kvgate::fleet::reload::watch(
         dir.join("kvgate.yaml"),
         Arc::clone(&gw.state),
     ));

@@ -49,7 +49,7 @@ async fn collector() -> (String, Arc<Mutex<Vec<(HeaderMap, Bytes)>>>) {
 #[tokio::test]
 async fn spans_reach_an_otlp_collector_and_the_upstream_gets_a_traceparent() {
     let (url, got) = collector().await;
-    let (layer, guard) = kvgate::otel::layer(&url).unwrap();
+    let (layer, guard) = kvgate::telemetry::otel::layer(&url).unwrap();
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).unwrap();
     guard.enable();
     let up = Upstream::start("u0", Mode::Json).await;

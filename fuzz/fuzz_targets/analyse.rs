@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
     );
     for api in [Api::Chat, Api::Completions, Api::Messages, Api::Native] {
         let body = Bytes::copy_from_slice(data);
-        match kvgate::route_input::analyse(rt, api, Some("chat"), &headers, body, "tenant") {
+        match kvgate::request::analyse(rt, api, Some("chat"), &headers, body, "tenant") {
             Err(e) => assert!(e.status().is_client_error(), "{api:?}: {e}"),
             Ok(a) if api != Api::Native => {
                 let salted =

@@ -4,7 +4,7 @@
 //! the bytes are split.
 #![no_main]
 
-use kvgate::conn::h1::{Framing, Scan};
+use kvgate::server::conn::h1::{Framing, Scan};
 use libfuzzer_sys::fuzz_target;
 
 /// Offer `input` in pieces of `step` bytes, keeping back what was not passed.

@@ -1,5 +1,5 @@
 //! Arbitrary bytes from a client, into the same connection code the accept
-//! loop runs (`kvgate::conn::serve`: the guard, hyper HTTP/1 and HTTP/2, the
+//! loop runs (`kvgate::server::conn::serve`: the guard, hyper HTTP/1 and HTTP/2, the
 //! whole router), over an in-memory stream. The client sends the bytes and
 //! closes its side. Must never panic; the gateway must close the connection
 //! (time is paused, so its timeouts pass at once); and every HTTP/1 error it
@@ -25,8 +25,8 @@ endpoints:
 struct World {
     rt: tokio::runtime::Runtime,
     app: axum::Router,
-    builder: Arc<kvgate::conn::ConnBuilder>,
-    limits: kvgate::conn::Limits,
+    builder: Arc<kvgate::server::conn::ConnBuilder>,
+    limits: kvgate::server::conn::Limits,
     stop: tokio::sync::watch::Receiver<bool>,
     _stop_tx: tokio::sync::watch::Sender<bool>,
 }
@@ -40,8 +40,8 @@ fn world() -> &'static World {
             .build()
             .unwrap();
         let config = kvgate::Config::from_yaml(CONFIG).unwrap();
-        let limits = kvgate::conn::Limits::of(&config.server);
-        let builder = Arc::new(kvgate::conn::builder(&config.server, Default::default()));
+        let limits = kvgate::server::conn::Limits::of(&config.server);
+        let builder = Arc::new(kvgate::server::conn::builder(&config.server, Default::default()));
         let app = rt.block_on(async {
             let state = kvgate::build_state(config).unwrap();
             kvgate::api::router(state)
@@ -103,7 +103,7 @@ fuzz_target!(|data: &[u8]| {
     let w = world();
     w.rt.block_on(async {
         let (client, server) = tokio::io::duplex(1 << 16);
-        let serve = tokio::spawn(kvgate::conn::serve(
+        let serve = tokio::spawn(kvgate::server::conn::serve(
             server,
             Arc::clone(&w.builder),
             w.app.clone(),

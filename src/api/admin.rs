@@ -10,7 +10,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use serde_json::json;
 
-use crate::state::AppState;
+use crate::fleet::AppState;
 
 /// Liveness: the process serves HTTP.
 pub async fn health() -> impl IntoResponse {
@@ -133,14 +133,14 @@ pub async fn explain(
             )
             .with_param("tenant"));
         }
-        let bytes = crate::middleware::body_limit::read_limited(
+        let bytes = crate::api::middleware::body_limit::read_limited(
             &headers,
             body,
             rt.config.server.max_body_bytes,
             rt.config.server.timeouts.body_read,
         )
         .await?;
-        crate::explain::explain(&rt, &format!("/{path}"), &headers, bytes, &tenant)
+        crate::request::explain::explain(&rt, &format!("/{path}"), &headers, bytes, &tenant)
     }
     .await;
     match result {

@@ -11,8 +11,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, ErrorKind};
-use crate::state::AppState;
-use crate::upstream::Instance;
+use crate::fleet::AppState;
+use crate::fleet::Instance;
 
 fn describe(i: &Instance) -> Value {
     json!({

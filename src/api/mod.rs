@@ -3,6 +3,7 @@
 mod admin;
 mod instances;
 mod metrics;
+pub mod middleware;
 mod proxy;
 mod responses;
 
@@ -16,9 +17,9 @@ use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
+use crate::api::middleware::{admin as admin_auth, admit, auth, canonicalise, claim, count};
 use crate::error::{ApiError, ErrorKind};
-use crate::middleware::{admin as admin_auth, admit, auth, canonicalise, claim, count};
-use crate::state::AppState;
+use crate::fleet::AppState;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -187,12 +188,12 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
                 // One span per request, carrying the id (and the client's trace
                 // context when OpenTelemetry is on).
-                .layer(TraceLayer::new_for_http().make_span_with(crate::otel::MakeSpan))
+                .layer(TraceLayer::new_for_http().make_span_with(crate::telemetry::otel::MakeSpan))
                 // Echo the id on every response, errors included.
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
                 // Refusals before routing, and SageMaker's error shape on its
                 // routes (one layer: middleware/front.rs).
-                .layer(from_fn(crate::middleware::front::front)),
+                .layer(from_fn(crate::api::middleware::front::front)),
         )
 }
 

@@ -9,9 +9,9 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 
-use crate::openai::Route;
-use crate::route_input::RouteInput;
-use crate::state::Runtime;
+use crate::fleet::Runtime;
+use crate::request::RouteInput;
+use crate::route::Route;
 use crate::telemetry;
 use crate::upstream::{Forward, forward};
 
@@ -108,7 +108,7 @@ async fn wait_for_room(
     input: &RouteInput,
     headers: &HeaderMap,
     tenant: &str,
-) -> Result<Option<crate::queue::Reservation>, crate::error::ApiError> {
+) -> Result<Option<crate::fleet::queue::Reservation>, crate::error::ApiError> {
     let queue = &runtime.config.queue;
     if !queue.enabled || !input.route.uses_strategy() {
         return Ok(None);
@@ -118,7 +118,7 @@ async fn wait_for_room(
     let ep = &input.endpoint;
     let reservation = ep
         .queue
-        .enter(crate::queue::Ask {
+        .enter(crate::fleet::queue::Ask {
             tenant,
             priority,
             weight: limits.weight,

@@ -11,17 +11,17 @@ use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::{ApiError, ErrorKind};
+use crate::fleet::AppState;
 use crate::openai::response_id::IdScope;
-use crate::openai::{Placement, Route};
-use crate::route_input::RouteInput;
-use crate::state::AppState;
+use crate::request::RouteInput;
+use crate::route::{Placement, Route};
 use crate::tenancy::Tenant;
 
 pub async fn by_id(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
     tenant: Option<Extension<Tenant>>,
-    slot: Option<Extension<crate::middleware::count::EndpointSlot>>,
+    slot: Option<Extension<crate::api::middleware::count::EndpointSlot>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -42,11 +42,12 @@ pub async fn by_id(
         return not_found();
     };
     // The endpoint whose instance the id names (tags are per endpoint).
-    let Some((endpoint, instance)) = runtime
-        .endpoints
-        .iter()
-        .find_map(|ep| scope.instance_of(&issued, ep).map(|i| (ep, i.id.clone())))
-    else {
+    let Some((endpoint, instance)) = runtime.endpoints.iter().find_map(|ep| {
+        let ids = ep.instances.iter().map(|i| i.id.as_str());
+        scope
+            .instance_of(&issued, ep.name(), ids)
+            .map(|i| (ep, i.to_owned()))
+    }) else {
         return not_found();
     };
     if let Some(slot) = slot {

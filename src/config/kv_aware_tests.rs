@@ -1,6 +1,6 @@
 //! The kv_aware keys: loading, joining ports to hosts, and errors that name the key.
 use crate::config::Config;
-use crate::routing::Strategy;
+use kvgate_routing::Strategy;
 
 fn yaml(routing: &str, instance: &str) -> String {
     let tok = concat!(

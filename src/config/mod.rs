@@ -5,14 +5,14 @@ pub mod discovery;
 pub mod kv_aware;
 pub mod queue;
 mod raw;
-pub mod reload;
+pub mod tls;
 mod validate;
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::routing::Strategy;
+use kvgate_routing::Strategy;
 
 pub use crate::tenancy::settings::{AuthConfig, Limits, Secret, TenancyConfig, TenantsConfig};
 pub use validate::{
@@ -31,9 +31,9 @@ pub struct Config {
     /// `admin.token`; `None` turns the `/admin/*` routes off.
     pub admin: Option<crate::tenancy::admin::AdminToken>,
     /// `upstream.tls`: the roots the upstream client trusts for `https://` instances.
-    pub upstream_tls: crate::upstream::tls::UpstreamTls,
+    pub upstream_tls: crate::config::tls::UpstreamTls,
     /// `cluster`: limits shared through Redis, when set.
-    pub cluster: Option<crate::cluster::ClusterConfig>,
+    pub cluster: Option<crate::tenancy::cluster::ClusterConfig>,
     /// `queue`: fair queueing when the fleet is saturated.
     pub queue: queue::QueueConfig,
 }
@@ -165,7 +165,7 @@ impl RoutingConfig {
         if !self.strategy.uses_index() {
             return 0;
         }
-        (cache_tokens / crate::routing::cost::block_tokens(self.block_chars)).max(1)
+        (cache_tokens / kvgate_routing::cost::block_tokens(self.block_chars)).max(1)
     }
 }
 

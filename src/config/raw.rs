@@ -20,9 +20,9 @@ pub struct RawConfig {
     #[serde(default)]
     pub admin: crate::tenancy::admin::RawAdmin,
     #[serde(default)]
-    pub upstream: crate::upstream::tls::RawUpstream,
+    pub upstream: crate::config::tls::RawUpstream,
     /// Tenant limits shared by several replicas (`cluster.redis`).
-    pub cluster: Option<crate::cluster::RawCluster>,
+    pub cluster: Option<crate::tenancy::cluster::RawCluster>,
     /// Fair queueing when the fleet is saturated.
     pub queue: Option<super::queue::RawQueue>,
 }

@@ -9,7 +9,7 @@ use super::raw::{RawConfig, RawEndpoint, RawHealth, RawRouting, RawServer};
 use super::{
     Config, EndpointConfig, HealthConfig, InstanceConfig, RoutingConfig, ServerConfig, Timeouts,
 };
-use crate::routing::Strategy;
+use kvgate_routing::Strategy;
 
 pub use crate::error::ConfigError;
 
@@ -71,13 +71,13 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         .collect();
     let tenancy =
         crate::tenancy::settings::validate(raw.auth, raw.tenants, raw.isolation, &served)?;
-    let cluster = crate::cluster::settings::validate(raw.cluster)?;
+    let cluster = crate::tenancy::cluster::settings::validate(raw.cluster)?;
     Ok(Config {
         server,
         endpoints,
         tenancy,
         admin: crate::tenancy::admin::validate(raw.admin)?,
-        upstream_tls: crate::upstream::tls::validate(raw.upstream)?,
+        upstream_tls: crate::config::tls::validate(raw.upstream)?,
         cluster,
         queue: super::queue::validate(raw.queue)?,
     })
@@ -485,7 +485,7 @@ endpoints:
         };
         for s in ["prefixaware", "longest_prefix", "PrefixAware"] {
             let r = strategy(s);
-            assert_eq!(r.strategy, crate::routing::Strategy::LongestPrefix, "{s}");
+            assert_eq!(r.strategy, kvgate_routing::Strategy::LongestPrefix, "{s}");
             assert_eq!(r.strategy_as_written.as_deref(), Some(s));
             // Its own defaults: the cost model balances, the threshold only guards.
             assert_eq!((r.concurrency_threshold, r.block_chars), (256, 256));
@@ -508,7 +508,7 @@ endpoints:
         for s in ["PREFIX_AWARE", "prefix_aware", "prefix-aware"] {
             assert_eq!(
                 strategy(s).strategy,
-                crate::routing::Strategy::PrefixAware,
+                kvgate_routing::Strategy::PrefixAware,
                 "{s}"
             );
         }

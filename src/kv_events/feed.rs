@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::wire::{Batch, Event};
-use crate::routing::held::{self, Held, HeldIndex, Scope, TierWeights};
 use crate::telemetry;
+use kvgate_routing::held::{self, Held, HeldIndex, Scope, TierWeights};
 
 /// Scopes (salt, partition) of recently sent prompts, by their first block's content key.
 const PENDING_SALTS: usize = 4096;

@@ -18,7 +18,7 @@
 use rmpv::Value;
 use xxhash_rust::xxh3::xxh3_64;
 
-pub use crate::routing::held::{EngineHash, Medium};
+pub use kvgate_routing::held::{EngineHash, Medium};
 
 /// vLLM reports `"GPU"`, `"CPU"`, or nothing (GPU); other offload media
 /// (`"DISK"`, LMCache's `"LocalDisk"`…) count with the CPU tier.

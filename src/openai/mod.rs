@@ -3,11 +3,7 @@
 //! response ids that carry their instance ([`response_id`]), and the model
 //! field of a multipart upload ([`multipart`]).
 
-pub mod input;
 pub mod multipart;
 pub mod response_id;
 pub mod responses;
 pub mod rewrite_stream;
-mod route;
-
-pub use route::{Placement, Route};

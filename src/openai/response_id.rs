@@ -99,12 +99,12 @@ impl IdScope {
     pub fn instance_of<'a>(
         &self,
         issued: &Issued,
-        endpoint: &'a crate::state::Endpoint,
-    ) -> Option<&'a std::sync::Arc<crate::upstream::Instance>> {
-        endpoint
-            .instances
-            .iter()
-            .find(|i| self.tag(endpoint.name(), &i.id) == issued.tag)
+        endpoint: &str,
+        instances: impl IntoIterator<Item = &'a str>,
+    ) -> Option<&'a str> {
+        instances
+            .into_iter()
+            .find(|id| self.tag(endpoint, id) == issued.tag)
     }
 
     /// What an id names, if kvgate issued it to this tenant.

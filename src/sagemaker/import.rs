@@ -129,7 +129,7 @@ mod tests {
         assert_eq!(ep.name, "llama-3-endpoint");
         assert_eq!(ep.models, ["llama-3-8b"]);
         assert_eq!(ep.instances.len(), 3);
-        assert_eq!(ep.routing.strategy, crate::routing::Strategy::PrefixAware);
+        assert_eq!(ep.routing.strategy, kvgate_routing::Strategy::PrefixAware);
         assert_eq!(ep.routing.prefix_length, 2048);
         assert_eq!(ep.routing.concurrency_threshold, 16);
         let urls = ["http://10.0.0.1:8000".to_owned()];
@@ -146,7 +146,7 @@ mod tests {
         assert_eq!(c.endpoints.len(), 2);
         assert_eq!(
             c.endpoints[1].routing.strategy,
-            crate::routing::Strategy::Random
+            kvgate_routing::Strategy::Random
         );
         assert!(
             import("{}", &[])

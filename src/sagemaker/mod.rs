@@ -7,7 +7,6 @@
 pub mod error;
 pub mod eventstream;
 pub mod import;
-pub mod sigv4;
 
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;

@@ -1,7 +1,7 @@
 //! The connection workers: one thread a CPU, each a tokio runtime of one
 //! worker thread that serves the client connections the accept loop hands
 //! it, with its own upstream connection pool
-//! ([`crate::upstream::client::Proxies`]).
+//! ([`crate::fleet::client::Proxies`]).
 //!
 //! Why not the multi-threaded runtime the rest of the gateway runs on: there a
 //! request's client connection, its upstream connection and the idle second
@@ -72,7 +72,7 @@ impl Cores {
             .worker_threads(1)
             .thread_name(format!("kvgate-worker-{i}"))
             .on_thread_start(move || {
-                crate::upstream::client::set_worker(i);
+                crate::fleet::client::set_worker(i);
             })
             .enable_all()
             .build()?;
@@ -84,9 +84,9 @@ impl Cores {
     }
 
     /// An executor spreading HTTP/2 streams over the workers.
-    pub fn streams(&self) -> crate::conn::StreamExecutor {
+    pub fn streams(&self) -> crate::server::conn::StreamExecutor {
         let all = std::iter::once(&self.first).chain(&self.rest);
-        crate::conn::StreamExecutor::new(all.map(|w| w.handle.clone()).collect())
+        crate::server::conn::StreamExecutor::new(all.map(|w| w.handle.clone()).collect())
     }
 
     /// The worker with the fewest connections, and the count of one more on

@@ -1,5 +1,5 @@
 //! The accept loop: at most `server.max_connections` client connections at
-//! once, each served by [`crate::conn::serve`] (timeouts, framing checks,
+//! once, each served by [`crate::server::conn::serve`] (timeouts, framing checks,
 //! lingering close), and graceful shutdown.
 //!
 //! Why not `axum::serve`: it gives hyper no timer (so no header timeout), no
@@ -28,9 +28,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-use crate::conn;
-use crate::state::AppState;
+use crate::fleet::AppState;
 
+pub mod conn;
 mod cores;
 
 pub(crate) async fn run(

@@ -1,6 +1,6 @@
 //! The block chain the live gateway would cut from each trace request
 //! (`kvgate_prefix::block_chain`, used by `longest_prefix`): what the gateway's
-//! per-instance [`BlockIndex`](crate::routing::BlockIndex) is filled from and
+//! per-instance [`BlockIndex`](kvgate_routing::BlockIndex) is filled from and
 //! looked up with.
 //!
 //! The gateway sees the prompt as text: `input_length` tokens at 4 characters a
@@ -93,7 +93,7 @@ impl Chains {
 /// Blocks the gateway's index holds for an instance of `cache_tokens` tokens:
 /// `RoutingConfig::index_blocks` (one block stands for `block_chars / 4` tokens).
 pub fn index_blocks(cache_tokens: usize, block_chars: usize) -> usize {
-    let block_tokens = crate::routing::cost::block_tokens(block_chars);
+    let block_tokens = kvgate_routing::cost::block_tokens(block_chars);
     (cache_tokens / block_tokens).max(1)
 }
 

@@ -12,7 +12,7 @@
 
 use serde::Serialize;
 
-use crate::routing::{BlockIndex, CostModel, Load, Policy, Reason, Request};
+use kvgate_routing::{BlockIndex, CostModel, Load, Policy, Reason, Request};
 
 use super::chain::Chains;
 use super::instance::{Instance, Record, Timing};

@@ -4,10 +4,10 @@
 use std::sync::Mutex;
 
 use super::*;
-use crate::routing::cost::REQUEST_OVERHEAD;
-use crate::routing::{Plan, PolicySpec, Strategy, build};
 use crate::simulate::trace::TraceRequest;
 use crate::simulate::workload::routing_keys;
+use kvgate_routing::cost::REQUEST_OVERHEAD;
+use kvgate_routing::{Plan, PolicySpec, Strategy, build};
 
 #[test]
 fn percentile_is_nearest_rank() {

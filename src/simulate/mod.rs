@@ -1,5 +1,5 @@
 //! `kvgate simulate`: an offline what-if. Replays a Mooncake trace through the
-//! gateway's own routing policies ([`crate::routing`]) onto a fleet of simulated
+//! gateway's own routing policies ([`kvgate_routing`]) onto a fleet of simulated
 //! instances built on kvgate-sim's KV cache and scheduling rules, in virtual
 //! time and without HTTP, sweeping `prefix_aware`'s `prefix_length` ×
 //! `concurrency_threshold` and `longest_prefix`'s `block_chars` × assumed
@@ -42,7 +42,7 @@ use std::time::Instant;
 
 use kvgate_sim::SimConfig;
 
-use crate::routing::Strategy;
+use kvgate_routing::Strategy;
 
 use instance::Timing;
 use recommend::recommend;

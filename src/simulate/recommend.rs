@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::routing::Strategy;
+use kvgate_routing::Strategy;
 
 use super::engine::RunStats;
 use super::sweep::Setting;

@@ -270,8 +270,8 @@ fn longest_lines(s: &mut String, alt: &super::recommend::Alternative, lp: &Row, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routing::Strategy;
     use crate::simulate::instance::Timing;
+    use kvgate_routing::Strategy;
 
     fn stats(p50: f64, hit: f64) -> RunStats {
         RunStats {

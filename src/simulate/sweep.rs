@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Serialize, Serializer};
 
-use crate::routing::{PolicySpec, Strategy, build};
+use kvgate_routing::{PolicySpec, Strategy, build};
 
 use super::chain::{Chains, index_blocks};
 use super::engine::{CacheAware, Routing, RunStats, run};

@@ -10,7 +10,7 @@ use super::is_valid_tenant_id;
 use super::jwt::JwtVerifier;
 use super::settings::{AuthConfig, RawAuth, RawModes, RawSigv4};
 use crate::error::ConfigError;
-use crate::sagemaker::sigv4::{Credential, Sigv4Verifier};
+use crate::tenancy::sigv4::{Credential, Sigv4Verifier};
 
 /// `auth.mode` (one mode or a list) and the sections it needs.
 pub(super) fn validate(

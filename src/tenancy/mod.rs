@@ -1,6 +1,6 @@
 //! Tenants: who is calling, what they may use, and how they are kept apart.
 //!
-//! Authentication ([`jwt`], [`api_key`], SigV4 in [`crate::sagemaker::sigv4`])
+//! Authentication ([`jwt`], [`api_key`], SigV4 in [`crate::tenancy::sigv4`])
 //! produces a [`Tenant`]; its id salts every routing key (so tenants never
 //! share placement) and, with `isolation.upstream_cache_salt`, the upstream's
 //! `cache_salt` ([`salt`]).
@@ -12,12 +12,14 @@ pub mod admin;
 pub mod api_key;
 mod auth_mode;
 mod bucket;
+pub mod cluster;
 pub mod jwks_url;
 pub mod jwt;
 pub mod priority;
 pub mod quota;
 pub mod salt;
 pub mod settings;
+pub mod sigv4;
 
 use std::sync::Arc;
 
@@ -63,7 +65,7 @@ pub struct Tenancy {
     config: TenancyConfig,
     registry: Registry,
     /// Shared limits (`cluster.redis`), when configured.
-    cluster: Option<Arc<crate::cluster::Cluster>>,
+    cluster: Option<Arc<crate::tenancy::cluster::Cluster>>,
 }
 
 impl Tenancy {
@@ -73,7 +75,7 @@ impl Tenancy {
     pub fn build(
         config: &TenancyConfig,
         previous: Option<&Tenancy>,
-        cluster: Option<Arc<crate::cluster::Cluster>>,
+        cluster: Option<Arc<crate::tenancy::cluster::Cluster>>,
     ) -> Self {
         if let AuthConfig::Jwt(jwt) = &config.auth {
             jwt.start();
@@ -86,7 +88,7 @@ impl Tenancy {
     }
 
     /// The shared-limits handle, for a reload to carry over.
-    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+    pub fn cluster(&self) -> Option<&Arc<crate::tenancy::cluster::Cluster>> {
         self.cluster.as_ref()
     }
 
@@ -118,11 +120,11 @@ impl Tenancy {
     pub fn sigv4_for(
         &self,
         headers: &HeaderMap,
-    ) -> Option<&Arc<crate::sagemaker::sigv4::Sigv4Verifier>> {
+    ) -> Option<&Arc<crate::tenancy::sigv4::Sigv4Verifier>> {
         self.config
             .sigv4
             .as_ref()
-            .filter(|_| crate::sagemaker::sigv4::is_signed(headers))
+            .filter(|_| crate::tenancy::sigv4::is_signed(headers))
     }
 
     /// Whether `tenant` may use `model` (its override's `models` list, if any).

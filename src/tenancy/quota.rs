@@ -38,8 +38,8 @@ use governor::{Quota, RateLimiter};
 
 use super::bucket::TokenBucket;
 use super::settings::{Limits, TenancyConfig};
-use crate::cluster::{Cluster, ClusterSlot, Refused};
 use crate::error::{ApiError, ErrorKind};
+use crate::tenancy::cluster::{Cluster, ClusterSlot, Refused};
 
 type Rpm = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
 

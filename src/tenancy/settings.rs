@@ -27,7 +27,7 @@ use super::api_key::ApiKeys;
 use super::is_valid_tenant_id;
 use super::jwt::JwtVerifier;
 use crate::error::ConfigError;
-use crate::sagemaker::sigv4::Sigv4Verifier;
+use crate::tenancy::sigv4::Sigv4Verifier;
 
 /// A configured secret, kept out of `Debug` output and so out of logs.
 ///

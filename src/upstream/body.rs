@@ -13,8 +13,8 @@ use futures_util::Stream;
 use tokio::time::{Instant, Sleep};
 
 use super::first_token::FirstToken;
-use super::instance::InflightGuard;
 use super::usage::{Usage, UsageScanner};
+use crate::fleet::instance::InflightGuard;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

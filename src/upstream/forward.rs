@@ -17,14 +17,14 @@ use axum::response::Response;
 use super::body::{KeepAlive, UpstreamBody};
 use super::first_token::{FirstToken, TokenEvent};
 use super::headers;
-use super::instance::Instance;
 use crate::error::{ApiError, ErrorKind};
+use crate::fleet::Runtime;
+use crate::fleet::instance::Instance;
 use crate::openai::rewrite_stream::{Issuer, RewriteIds};
-use crate::openai::{Placement, Route};
-use crate::route_input::RouteInput;
-use crate::routing::{Load, Reason, Request};
-use crate::state::Runtime;
+use crate::request::RouteInput;
+use crate::route::{Placement, Route};
 use crate::telemetry;
+use kvgate_routing::{Load, Reason, Request};
 
 /// One request on its way upstream.
 #[derive(Debug)]
@@ -60,7 +60,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
     let ep = &f.input.endpoint;
     let server = &f.runtime.config.server;
     let started = Instant::now();
-    let (loads, seen) = ep.view(&f.input);
+    let (loads, seen) = f.input.view();
     // Warm-up replays chat-like prompts the strategy placed.
     if ep.config.routing.warmup.is_some()
         && f.input.placement == Placement::Policy
@@ -83,7 +83,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
 
     let mut upstream_headers = headers::upstream_request(f.headers);
     // The trace continues upstream (a no-op unless OpenTelemetry is on).
-    crate::otel::inject(&mut upstream_headers);
+    crate::telemetry::otel::inject(&mut upstream_headers);
     // The endpoint's own credential; the client's was dropped just above.
     if let Some(auth) = &ep.config.upstream_authorization {
         upstream_headers.insert(header::AUTHORIZATION, auth.clone());
@@ -197,7 +197,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
                 instance.connect_failed(server.failover_cooldown);
                 tracing::warn!(endpoint = %ep.name(), instance = %instance.id, error = %error_chain(&e), "upstream connection failed; trying the next instance");
                 telemetry::retry(ep.name(), &instance.id, "connect");
-                let timed_out = super::client::is_timeout(&e);
+                let timed_out = crate::fleet::client::is_timeout(&e);
                 last_kind = if timed_out {
                     ErrorKind::GatewayTimeout
                 } else {
@@ -257,7 +257,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         let from_events = seen.get(idx).is_some_and(|s| s.from_events);
         let calibration = (indexed && !from_events).then(|| Calibration {
             inserted,
-            block_tokens: crate::routing::cost::block_tokens(ep.config.routing.block_chars) as u64,
+            block_tokens: kvgate_routing::cost::block_tokens(ep.config.routing.block_chars) as u64,
             prompt_tokens,
         });
         let timing = (started, f.input.route);
@@ -303,12 +303,12 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
 
 /// The instances to try, in order, as the request's placement says.
 fn plan(
-    ep: &crate::state::Endpoint,
+    ep: &crate::fleet::Endpoint,
     placement: &Placement,
     request: &Request,
     loads: &[Load],
-) -> Result<crate::routing::Plan, ApiError> {
-    use crate::routing::{LeastOutstanding, Plan, Policy, Strategy};
+) -> Result<kvgate_routing::Plan, ApiError> {
+    use kvgate_routing::{LeastOutstanding, Plan, Policy, Strategy};
     match placement {
         Placement::Policy => Ok(ep.policy.plan(request, loads)),
         Placement::Load => match ep.config.routing.strategy {
@@ -339,10 +339,10 @@ fn plan(
 }
 
 /// What the approximate index expected of an instance, to check against the
-/// `cached_tokens` its answer reports ([`crate::routing::BlockIndex::calibrate`]).
+/// `cached_tokens` its answer reports ([`kvgate_routing::BlockIndex::calibrate`]).
 #[derive(Debug, Clone, Copy)]
 struct Calibration {
-    inserted: crate::routing::index::Inserted,
+    inserted: kvgate_routing::index::Inserted,
     /// Tokens an index block stands for.
     block_tokens: u64,
     /// The gateway's estimate of the prompt's tokens.
@@ -363,7 +363,7 @@ impl Calibration {
 /// Turn the upstream response into the client's, streaming the body through.
 fn client_response(
     upstream: axum::http::Response<hyper::body::Incoming>,
-    guard: super::InflightGuard,
+    guard: crate::fleet::InflightGuard,
     (keepalive, idle): (Option<std::time::Duration>, std::time::Duration),
     (stream_requested, issuer): (bool, Option<Issuer>),
     (admission, calibration): (Option<Arc<crate::tenancy::Admission>>, Option<Calibration>),
@@ -487,14 +487,14 @@ fn settle(
 }
 
 /// Undo a dispatch's index insert on an instance that did no work for it.
-fn take_back(instance: &Instance, chain: &[u64], inserted: crate::routing::index::Inserted) {
+fn take_back(instance: &Instance, chain: &[u64], inserted: kvgate_routing::index::Inserted) {
     instance.index.forget(chain, inserted);
     instance.series.index_size(instance.index.len());
 }
 
 /// Under `kv_aware`, count the instances this decision saw through the
 /// approximate index, and why.
-fn count_fallbacks(ep: &crate::state::Endpoint, input: &RouteInput, seen: &[crate::state::Seen]) {
+fn count_fallbacks(ep: &crate::fleet::Endpoint, input: &RouteInput, seen: &[crate::fleet::Seen]) {
     if !ep.config.routing.strategy.uses_events() {
         return;
     }
@@ -516,7 +516,7 @@ fn count_fallbacks(ep: &crate::state::Endpoint, input: &RouteInput, seen: &[crat
 }
 
 /// The share of the prompt the chosen instance is believed to hold.
-fn matched_fraction(ep: &crate::state::Endpoint, request: &Request, load: &Load) -> f64 {
+fn matched_fraction(ep: &crate::fleet::Endpoint, request: &Request, load: &Load) -> f64 {
     let cost = ep.policy.costs(request, std::slice::from_ref(load));
     let cached = cost.and_then(|c| c.first().map(|c| c.cached_tokens));
     cached.unwrap_or(0) as f64 / request.prompt_tokens.max(1) as f64

@@ -6,21 +6,12 @@
 //! tokens of streams that report no usage ([`completion`]).
 
 mod body;
-pub mod capacity;
-pub mod client;
 pub mod completion;
-pub mod engine_load;
 mod first_token;
 mod forward;
 mod headers;
-pub mod health;
-pub mod instance;
-mod prefill_rate;
-mod recent_work;
 mod relay_error;
-pub mod tls;
 mod usage;
 
 pub use first_token::TokenEvent;
 pub use forward::{Forward, forward};
-pub use instance::{InflightGuard, Instance};

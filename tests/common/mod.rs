@@ -442,7 +442,7 @@ impl Gateway {
             .unwrap()
     }
 
-    pub fn instances(&self) -> Vec<Arc<kvgate::upstream::Instance>> {
+    pub fn instances(&self) -> Vec<Arc<kvgate::fleet::Instance>> {
         let rt = self.state.runtime.load_full();
         rt.endpoint("chat").unwrap().instances.clone()
     }

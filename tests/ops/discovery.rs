@@ -40,15 +40,17 @@ impl Dns {
                 hosts: hosts.clone(),
                 log: log.clone(),
             };
-            let resolver =
-                kvgate::discovery::dns::resolver(Some(SocketAddr::from(([127, 0, 0, 1], port))))
-                    .unwrap();
+            let resolver = kvgate::fleet::discovery::dns::resolver(Some(SocketAddr::from((
+                [127, 0, 0, 1],
+                port,
+            ))))
+            .unwrap();
             for _ in 0..100 {
                 if let Ok(Some(status)) = dns.child.try_wait() {
                     last = format!("dnsmasq exited ({status})");
                     break;
                 }
-                match kvgate::discovery::dns::lookup(&resolver, NAME, 1).await {
+                match kvgate::fleet::discovery::dns::lookup(&resolver, NAME, 1).await {
                     Ok(got) if got == want => return dns,
                     Ok(got) => last = format!("answered {got:?}"),
                     Err(e) => last = e,

@@ -304,7 +304,7 @@ async fn an_engine_reporting_waiting_requests_is_saturated_and_the_rest_wait_in_
             .text()
             .await
             .unwrap();
-        if let Some(r) = kvgate::upstream::engine_load::parse(&text) {
+        if let Some(r) = kvgate::fleet::engine_load::parse(&text) {
             engine_max = engine_max.max(r.waiting);
         }
         gateway_max = gateway_max.max(waiting(&gw));

@@ -20,7 +20,7 @@ fn check(rt: &kvgate::Runtime, body: &[u8]) -> Result<(), TestCaseError> {
     let mut headers = axum::http::HeaderMap::new();
     headers.insert("content-type", "application/json".parse().unwrap());
     for api in [Api::Chat, Api::Completions, Api::Messages, Api::Native] {
-        match kvgate::route_input::analyse(
+        match kvgate::request::analyse(
             rt,
             api,
             Some("chat"),

@@ -196,10 +196,7 @@ async fn requests_wait_in_the_gateway_while_the_engine_reports_its_kv_cache_full
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let text = fleet.engines[0].metrics_text().await;
-    assert!(
-        kvgate::upstream::engine_load::parse(&text).is_some(),
-        "{text}"
-    );
+    assert!(kvgate::fleet::engine_load::parse(&text).is_some(), "{text}");
     // A second request now waits in the gateway, and is served once the
     // first has finished and freed its blocks.
     let second = {

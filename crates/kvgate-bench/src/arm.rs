@@ -1,7 +1,7 @@
 //! What a run compares: one of the gateway's six strategies, plus `prefix_aware`
 //! with its balance factor switched off, to show what bounded loads cost in hits.
 
-use kvgate::routing::Strategy;
+use kvgate_routing::Strategy;
 
 use crate::workload::Routing;
 

@@ -1,0 +1,251 @@
+//! Cache-aware placement (`longest_prefix`, HyperPod's `prefixaware`): the
+//! instance where this prompt's first token is expected soonest, weighing the
+//! prefix each instance holds against the prefill already queued on it
+//! ([`super::cost`]).
+//!
+//! Candidates are the available instances under `concurrency_threshold` and
+//! under the bounded-load cap ⌈c·(m+1)/n⌉ + 1 (c = `balance_factor`, 1.5 by
+//! default for this strategy). The cap is what turns a prefix too hot for one
+//! instance into a replicated one: the cost model alone compares this request's
+//! wait only, and a cached request always waits less on its holder than a cold
+//! prefill elsewhere — so without the cap one holder would take all of a shared
+//! system prompt's conversations. The least [`Cost::total`] leads; among equal
+//! costs (a cold prefix on an idle fleet) the instance given the least work
+//! lately ([`Load::recent_work`]), so a few hot keys cannot leave an instance
+//! idle; remaining ties go by the key's ring walk. The rest follow by cost as
+//! failover. When every instance is full the least
+//! costly one leads anyway (reason `fallback`). O(instances · log instances).
+
+use super::{Cost, CostModel, Load, Plan, Policy, Reason, Request, Ring, balance_cap, ring_order};
+
+#[derive(Debug, Clone)]
+pub struct LongestPrefix {
+    ring: Ring,
+    threshold: usize,
+    balance_factor: Option<f64>,
+    model: CostModel,
+}
+
+impl LongestPrefix {
+    pub fn new(
+        ring: Ring,
+        threshold: usize,
+        balance_factor: Option<f64>,
+        model: CostModel,
+    ) -> Self {
+        Self {
+            ring,
+            threshold: threshold.max(1),
+            balance_factor,
+            model,
+        }
+    }
+
+    fn cost_of(&self, request: &Request, load: &Load) -> Cost {
+        self.model.cost(request.prompt_tokens, load)
+    }
+}
+
+impl Policy for LongestPrefix {
+    fn plan(&self, request: &Request, loads: &[Load]) -> Plan {
+        let order = ring_order(&self.ring, request.key, loads);
+        let up = order.iter().take_while(|&&i| loads[i].available).count();
+        if up == 0 {
+            return Plan {
+                order,
+                reason: Reason::LastResort,
+            };
+        }
+        // One request of slack over the bounded-load cap: at low load the cap
+        // is 1, and a second request sharing a prefix should not be forced off
+        // its holder merely because the first is still running.
+        let limit = balance_cap(self.balance_factor, loads)
+            .map_or(self.threshold, |cap| (cap + 1).min(self.threshold));
+        // Sort the available ones by (not full, cost, recent work), stable so
+        // that remaining ties keep ring order.
+        let mut keyed: Vec<(bool, u64, u64, usize)> = order[..up]
+            .iter()
+            .map(|&i| {
+                let l = &loads[i];
+                let full = l.in_flight >= limit;
+                (full, self.cost_of(request, l).total, l.recent_work, i)
+            })
+            .collect();
+        keyed.sort_by_key(|&(full, cost, work, _)| (full, cost, work));
+        let (all_full, _, _, head) = keyed[0];
+        let best_match = order[..up]
+            .iter()
+            .map(|&i| loads[i].matched_blocks)
+            .max()
+            .unwrap_or(0);
+        let reason = if all_full {
+            Reason::Fallback
+        } else if best_match == 0 {
+            Reason::Cold
+        } else if loads[head].matched_blocks == best_match {
+            Reason::CacheHit
+        } else {
+            Reason::CacheSpread
+        };
+        let mut sorted: Vec<usize> = keyed.into_iter().map(|(_, _, _, i)| i).collect();
+        sorted.extend_from_slice(&order[up..]);
+        Plan {
+            order: sorted,
+            reason,
+        }
+    }
+
+    fn costs(&self, request: &Request, loads: &[Load]) -> Option<Vec<Cost>> {
+        Some(loads.iter().map(|l| self.cost_of(request, l)).collect())
+    }
+
+    fn queued_charge(&self, request: &Request, load: &Load) -> u64 {
+        self.model
+            .queued_charge(request.prompt_tokens, load.matched_blocks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::RUNNING_WEIGHT;
+
+    fn policy(n: usize, threshold: usize) -> LongestPrefix {
+        let ids: Vec<String> = (0..n).map(|i| format!("i{i}")).collect();
+        LongestPrefix::new(
+            Ring::new(&ids, 64),
+            threshold,
+            None,
+            CostModel::for_block_chars(256),
+        )
+    }
+
+    fn req(prompt_tokens: u64) -> Request {
+        Request {
+            key: 42,
+            prompt_tokens,
+        }
+    }
+
+    #[test]
+    fn cold_prompt_on_idle_fleet_follows_the_ring() {
+        let p = policy(5, 8);
+        let plan = p.plan(&req(1000), &[Load::with_in_flight(0); 5]);
+        assert_eq!(plan.reason, Reason::Cold);
+        assert_eq!(plan.order, p.ring.walk(42).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn cold_prompt_goes_to_the_least_loaded() {
+        let p = policy(3, 8);
+        let loads = [3, 1, 2].map(Load::with_in_flight);
+        let plan = p.plan(&req(1000), &loads);
+        assert_eq!((plan.order[0], plan.reason), (1, Reason::Cold));
+    }
+
+    #[test]
+    fn the_holder_wins_until_its_queue_outweighs_the_prefix() {
+        let p = policy(3, 64);
+        let mut loads = [0, 0, 0].map(Load::with_in_flight);
+        loads[2].matched_blocks = 100; // 6,400 tokens of an 8,000-token prompt
+        let plan = p.plan(&req(8000), &loads);
+        assert_eq!((plan.order[0], plan.reason), (2, Reason::CacheHit));
+        // Queued prefill on the holder beyond what recomputing costs: spread.
+        loads[2].queued_prefill = 7000;
+        let plan = p.plan(&req(8000), &loads);
+        assert_eq!(plan.reason, Reason::CacheSpread);
+        assert_ne!(plan.order[0], 2);
+        assert_eq!(plan.order[2], 2, "the busy holder is still a failover");
+    }
+
+    #[test]
+    fn under_cache_pressure_a_prefix_leaves_its_holder_only_for_twice_the_recompute() {
+        let p = policy(3, 64);
+        let mut loads = [0, 0, 0].map(Load::with_in_flight);
+        for l in &mut loads {
+            l.cache_full = true;
+        }
+        loads[2].matched_blocks = 100; // 6,400 of 8,000 tokens
+        // A queue the wait-only model would leave (7,000 > 6,400 to recompute).
+        loads[2].queued_prefill = 7000;
+        let plan = p.plan(&req(8000), &loads);
+        assert_eq!((plan.order[0], plan.reason), (2, Reason::CacheHit));
+        // Beyond the recompute and what the copy would evict: spread.
+        loads[2].queued_prefill = 14_000;
+        let plan = p.plan(&req(8000), &loads);
+        assert_eq!(plan.reason, Reason::CacheSpread);
+        // With room in the other caches, copying evicts nothing.
+        loads[2].queued_prefill = 7000;
+        loads[0].cache_full = false;
+        let plan = p.plan(&req(8000), &loads);
+        assert_eq!((plan.order[0], plan.reason), (0, Reason::CacheSpread));
+    }
+
+    #[test]
+    fn equal_costs_go_to_the_instance_given_least_work_lately() {
+        let p = policy(4, 64);
+        let mut loads = [0, 0, 0, 0].map(Load::with_in_flight);
+        let ring_first = p.ring.walk(42).next().unwrap_or(0);
+        loads[ring_first].recent_work = 5000;
+        let least = (ring_first + 1) % 4;
+        for (i, l) in loads.iter_mut().enumerate() {
+            if i != ring_first && i != least {
+                l.recent_work = 3000;
+            }
+        }
+        let plan = p.plan(&req(1000), &loads);
+        assert_eq!((plan.order[0], plan.reason), (least, Reason::Cold));
+    }
+
+    #[test]
+    fn a_partial_holder_is_preferred_when_spreading() {
+        let p = policy(3, 64);
+        let mut loads = [0, 0, 0].map(Load::with_in_flight);
+        loads[0].matched_blocks = 100;
+        loads[0].queued_prefill = 20_000;
+        loads[1].matched_blocks = 50;
+        let plan = p.plan(&req(8000), &loads);
+        assert_eq!((plan.order[0], plan.reason), (1, Reason::CacheSpread));
+    }
+
+    #[test]
+    fn threshold_excludes_and_all_full_falls_back_to_cheapest() {
+        let p = policy(2, 2);
+        let mut loads = [2, 0].map(Load::with_in_flight);
+        loads[0].matched_blocks = 100;
+        assert_eq!(p.plan(&req(8000), &loads).order[0], 1);
+        let mut loads = [2, 3].map(Load::with_in_flight);
+        loads[1].matched_blocks = 100;
+        let plan = p.plan(&req(8000), &loads);
+        assert_eq!((plan.order[0], plan.reason), (1, Reason::Fallback));
+    }
+
+    #[test]
+    fn unavailable_instances_go_last_and_none_is_last_resort() {
+        let p = policy(3, 8);
+        let mut loads = [0, 0, 0].map(Load::with_in_flight);
+        loads[1].matched_blocks = 100;
+        loads[1].available = false;
+        let plan = p.plan(&req(8000), &loads);
+        assert_eq!(plan.reason, Reason::Cold);
+        assert_eq!(plan.order[2], 1);
+        for l in &mut loads {
+            l.available = false;
+        }
+        assert_eq!(p.plan(&req(8000), &loads).reason, Reason::LastResort);
+    }
+
+    #[test]
+    fn costs_and_charges_follow_the_model() {
+        let p = policy(2, 8);
+        let mut loads = [1, 0].map(Load::with_in_flight);
+        loads[0].matched_blocks = 10;
+        let costs = p.costs(&req(1000), &loads).unwrap_or_default();
+        assert_eq!(costs[0].total, 360 + RUNNING_WEIGHT);
+        assert_eq!(costs[1].total, 1000);
+        assert_eq!(
+            p.queued_charge(&req(1000), &loads[0]),
+            360 + crate::cost::REQUEST_OVERHEAD
+        );
+    }
+}

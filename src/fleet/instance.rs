@@ -1,0 +1,546 @@
+//! One upstream instance: its identity, in-flight count and cool-down.
+//!
+//! The in-flight count rises in [`Instance::claim`] and falls when the
+//! returned [`InflightGuard`] drops — which the response body does when it
+//! ends, errors, times out or is dropped by a departing client. RAII makes a
+//! leak impossible short of leaking the guard itself. The guard also holds the
+//! request's charge on the instance's queued prefill ([`Load::queued_prefill`]),
+//! given back at the response's first body byte (the engine has prefilled it)
+//! or when the guard drops, whichever comes first.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use axum::http::Uri;
+use axum::http::uri::{Authority, PathAndQuery, Scheme};
+
+use crate::kv_events::feed::FeedSettings;
+use crate::kv_events::{Feed, Subscription};
+use crate::telemetry;
+use kvgate_routing::{BlockIndex, Load};
+
+#[derive(Debug)]
+pub struct Instance {
+    pub endpoint: String,
+    pub id: String,
+    pub url: String,
+    /// `url` parsed once (scheme, authority, path prefix): a request's URI is
+    /// built from these parts, not formatted and parsed again every time.
+    base: Option<Base>,
+    /// Its per-request metric series, resolved once.
+    pub series: telemetry::UpstreamSeries,
+    in_flight: AtomicUsize,
+    /// Estimated prefill tokens of requests that have no first byte yet.
+    queued_prefill: AtomicU64,
+    /// Prefill work sent here lately, decaying (a cost tie-break).
+    recent_work: super::recent_work::RecentWork,
+    /// Its prefill rate as first bytes show it.
+    prefill_rate: super::prefill_rate::PrefillRate,
+    /// The block chains believed cached here (cache-aware strategies).
+    pub index: BlockIndex,
+    /// Its KV-event subscription (`kv_aware` with `kv_events` set).
+    kv: arc_swap::ArcSwapOption<Subscription>,
+    /// KV capacity in tokens as the engine reported it (0: not learned).
+    learned_cache_tokens: AtomicUsize,
+    /// Failed attempts to learn it.
+    capacity_tries: AtomicU32,
+    /// Milliseconds since [`epoch`] until which the instance is skipped.
+    cooldown_until: AtomicU64,
+    /// Set by health checks; starts healthy so a new fleet serves at once.
+    healthy: AtomicBool,
+    draining: AtomicBool,
+    /// Consecutive failed requests (connection errors or 5xx), for passive ejection.
+    failures: AtomicU32,
+    /// Consecutive probe results in the current direction (health checks).
+    probe_streak: AtomicU32,
+    /// A health probe has succeeded at least once (what `/ready` waits for).
+    confirmed: AtomicBool,
+    /// Joined and being warmed: not offered to routing until done.
+    warming: AtomicBool,
+    /// Its load as its engine reports it (read while queueing is on).
+    pub engine: super::engine_load::EngineLoad,
+    /// Told when one of its slots frees: its endpoint's queue.
+    freed: OnceLock<Weak<dyn Freed>>,
+}
+
+/// Something to tell when an instance's in-flight slot frees (the
+/// endpoint's fair queue, which then releases a waiting request).
+pub trait Freed: Send + Sync + std::fmt::Debug {
+    fn freed(&self);
+}
+
+/// An instance URL's parts, for building request URIs.
+#[derive(Debug)]
+struct Base {
+    scheme: Scheme,
+    authority: Authority,
+    /// The URL's path without its trailing `/` (usually empty).
+    prefix: String,
+}
+
+impl Base {
+    fn parse(url: &str) -> Option<Self> {
+        let uri: Uri = url.parse().ok()?;
+        let parts = uri.into_parts();
+        Some(Self {
+            scheme: parts.scheme?,
+            authority: parts.authority?,
+            prefix: parts
+                .path_and_query
+                .map(|p| p.path().trim_end_matches('/').to_owned())
+                .unwrap_or_default(),
+        })
+    }
+}
+
+/// Consecutive 5xx answers that eject an instance passively.
+pub const EJECT_AFTER_5XX: u32 = 3;
+/// Backoff doublings are capped so an ejected instance is retried at least this often.
+const MAX_COOLDOWN: Duration = Duration::from_secs(300);
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Instance {
+    /// The URI of `path` (with its query, if any) on this instance, under
+    /// the instance URL's own path; `None` if either does not parse.
+    pub fn uri_for(&self, path: &str) -> Option<Uri> {
+        let base = self.base.as_ref()?;
+        let path_and_query = if base.prefix.is_empty() {
+            PathAndQuery::try_from(path).ok()?
+        } else {
+            PathAndQuery::try_from(format!("{}{path}", base.prefix)).ok()?
+        };
+        Uri::builder()
+            .scheme(base.scheme.clone())
+            .authority(base.authority.clone())
+            .path_and_query(path_and_query)
+            .build()
+            .ok()
+    }
+
+    pub fn new(endpoint: &str, id: &str, url: &str) -> Arc<Self> {
+        let series = telemetry::UpstreamSeries::new(endpoint, id);
+        telemetry::healthy(endpoint, id, true);
+        series.in_flight(0);
+        Arc::new(Self {
+            endpoint: endpoint.to_owned(),
+            id: id.to_owned(),
+            url: url.to_owned(),
+            base: Base::parse(url),
+            series,
+            in_flight: AtomicUsize::new(0),
+            queued_prefill: AtomicU64::new(0),
+            recent_work: Default::default(),
+            prefill_rate: Default::default(),
+            index: BlockIndex::default(),
+            kv: arc_swap::ArcSwapOption::empty(),
+            learned_cache_tokens: AtomicUsize::new(0),
+            capacity_tries: AtomicU32::new(0),
+            cooldown_until: AtomicU64::new(0),
+            healthy: AtomicBool::new(true),
+            draining: AtomicBool::new(false),
+            failures: AtomicU32::new(0),
+            probe_streak: AtomicU32::new(0),
+            confirmed: AtomicBool::new(false),
+            warming: AtomicBool::new(false),
+            engine: super::engine_load::EngineLoad::default(),
+            freed: OnceLock::new(),
+        })
+    }
+
+    /// Follow the KV events at `events` (replaying from `replay`), keeping a
+    /// subscription already following the same sockets; `None` stops.
+    pub fn follow_kv_events(
+        &self,
+        events: Option<&str>,
+        replay: Option<&str>,
+        settings: FeedSettings,
+    ) {
+        let current = self.kv.load();
+        let same = match (current.as_deref(), events) {
+            (None, None) => true,
+            (Some(sub), Some(url)) => {
+                sub.feed.events_url == url
+                    && sub.feed.replay_url.as_deref() == replay
+                    && sub.feed.block_size == settings.block_size
+            }
+            _ => false,
+        };
+        if same {
+            if let Some(sub) = current.as_deref() {
+                sub.feed.update(settings);
+            }
+            return;
+        }
+        let next = events.and_then(|url| {
+            Subscription::start(Feed::new((&self.endpoint, &self.id), url, replay, settings))
+        });
+        self.kv.store(next.map(Arc::new));
+    }
+
+    /// The KV-event feed, when the instance has one.
+    pub fn kv_feed(&self) -> Option<Arc<Subscription>> {
+        self.kv.load_full()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Healthy, not cooling down, not warming, not draining.
+    pub fn available(&self) -> bool {
+        !self.warming.load(Ordering::Relaxed)
+            && !self.draining.load(Ordering::Relaxed)
+            && self.healthy.load(Ordering::Relaxed)
+            && self.cooldown_until.load(Ordering::Relaxed) <= now_ms()
+    }
+
+    /// Drained (by an operator): it takes no new request at all, not even as
+    /// a last resort, while the ones it has finish. Kept across reloads.
+    pub fn set_draining(&self, on: bool) {
+        if self.draining.swap(on, Ordering::Relaxed) != on {
+            tracing::warn!(endpoint = %self.endpoint, instance = %self.id, draining = on, "instance drain changed");
+        }
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Hold the instance back from routing while it is warmed (`warmup`).
+    pub fn set_warming(&self, on: bool) {
+        self.warming.store(on, Ordering::Relaxed);
+    }
+
+    pub fn is_warming(&self) -> bool {
+        self.warming.load(Ordering::Relaxed)
+    }
+
+    /// Estimated prefill tokens waiting here.
+    pub fn queued_prefill(&self) -> u64 {
+        self.queued_prefill.load(Ordering::Relaxed)
+    }
+
+    /// KV capacity in tokens reported by the engine, once learned.
+    pub fn learned_cache_tokens(&self) -> Option<usize> {
+        Some(self.learned_cache_tokens.load(Ordering::Relaxed)).filter(|&t| t > 0)
+    }
+
+    pub fn set_learned_cache_tokens(&self, tokens: usize) {
+        self.learned_cache_tokens.store(tokens, Ordering::Relaxed);
+    }
+
+    /// Not learned yet, and fewer than `max_tries` failed attempts.
+    pub fn capacity_wanted(&self, max_tries: u32) -> bool {
+        self.learned_cache_tokens().is_none()
+            && self.capacity_tries.load(Ordering::Relaxed) < max_tries
+    }
+
+    /// Count a failed attempt; returns how many there have been.
+    pub fn capacity_try_failed(&self) -> u32 {
+        self.capacity_tries.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Load as a policy sees it; `matched_blocks` is the caller's to fill in.
+    pub fn load(&self) -> Load {
+        Load {
+            in_flight: self.in_flight(),
+            available: self.available(),
+            queued_prefill: self.queued_prefill(),
+            recent_work: self.recent_work.get(now_ms()),
+            ..Load::default()
+        }
+    }
+
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Whether a health probe has ever succeeded.
+    pub fn confirmed(&self) -> bool {
+        self.confirmed.load(Ordering::Relaxed)
+    }
+
+    pub fn set_healthy(&self, up: bool) {
+        if self.healthy.swap(up, Ordering::Relaxed) != up {
+            telemetry::healthy(&self.endpoint, &self.id, up);
+            tracing::warn!(endpoint = %self.endpoint, instance = %self.id, healthy = up, "instance health changed");
+        }
+    }
+
+    /// Skip this instance for `d` after a connection failure.
+    pub fn cool_down(&self, d: Duration) {
+        let until = now_ms().saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.cooldown_until.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// A connection failure: cool down at once, twice as long each time in a row.
+    pub fn connect_failed(&self, base: Duration) {
+        let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        self.cool_down(backoff(base, n));
+    }
+
+    /// A 5xx answer: after [`EJECT_AFTER_5XX`] in a row, cool down with backoff.
+    pub fn server_error(&self, base: Duration) {
+        let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= EJECT_AFTER_5XX {
+            self.cool_down(backoff(base, n + 1 - EJECT_AFTER_5XX));
+        }
+    }
+
+    /// Any answer that is not a 5xx ends a failure streak.
+    pub fn succeeded(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+    }
+
+    /// Record one health probe; flips health after `up`/`down` results in a row.
+    pub fn probe(&self, ok: bool, up: u32, down: u32) {
+        if ok {
+            self.confirmed.store(true, Ordering::Relaxed);
+        }
+        let healthy = self.is_healthy();
+        if ok == healthy {
+            self.probe_streak.store(0, Ordering::Relaxed);
+            return;
+        }
+        let n = self.probe_streak.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= if ok { up } else { down } {
+            self.probe_streak.store(0, Ordering::Relaxed);
+            self.set_healthy(ok);
+            if ok {
+                self.succeeded();
+                self.cooldown_until.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Tell `hook` whenever a slot here frees; set once, by the endpoint
+    /// that owns the instance (its queue is kept across reloads, as the
+    /// instance is).
+    pub fn notify_freed(&self, hook: Weak<dyn Freed>) {
+        let _ = self.freed.set(hook);
+    }
+
+    /// Whether its engine's last reading says it is saturated (see
+    /// `EngineLoad::saturated`).
+    pub fn engine_saturated(&self, max_waiting: u64, max_kv_usage: f64) -> bool {
+        self.engine.saturated(max_waiting, max_kv_usage, now_ms())
+    }
+
+    /// How many requests held back its engine takes now (see
+    /// `EngineLoad::room`); `None` without a fresh reading.
+    pub fn engine_room(&self, max_waiting: u64, max_kv_usage: f64) -> Option<u64> {
+        self.engine.room(max_waiting, max_kv_usage, now_ms())
+    }
+
+    /// Record a reading of its engine's load, taken now.
+    pub fn engine_read(&self, reading: super::engine_load::Reading) {
+        self.engine.set(reading, now_ms());
+    }
+
+    /// Count one more request in flight until the guard drops, and `prefill`
+    /// more tokens queued until [`InflightGuard::prefill_done`].
+    pub fn claim(self: &Arc<Self>, prefill: u64) -> InflightGuard {
+        let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.engine.sent();
+        self.queued_prefill.fetch_add(prefill, Ordering::Relaxed);
+        self.recent_work.add(prefill, now_ms());
+        self.series.in_flight(n);
+        InflightGuard {
+            instance: Arc::clone(self),
+            prefill: Arc::new(AtomicU64::new(prefill)),
+            claimed: Instant::now(),
+            index_insert: None,
+        }
+    }
+}
+
+fn backoff(base: Duration, n: u32) -> Duration {
+    base.saturating_mul(1u32 << n.saturating_sub(1).min(10))
+        .min(MAX_COOLDOWN)
+}
+
+/// One in-flight slot on an instance, released on drop.
+#[derive(Debug)]
+pub struct InflightGuard {
+    instance: Arc<Instance>,
+    /// Queued-prefill tokens not yet given back (shared with a timer that
+    /// may give them back first; whoever takes them subtracts them).
+    prefill: Arc<AtomicU64>,
+    claimed: Instant,
+    /// Its insert into the instance's block index, settled with the prefill.
+    index_insert: Option<u64>,
+}
+
+impl InflightGuard {
+    pub fn instance(&self) -> &Arc<Instance> {
+        &self.instance
+    }
+
+    /// The request's prefill is over (its first byte came): stop counting it
+    /// as queued, and let later hits on its blocks count as settled
+    /// ([`BlockIndex::settle`]). Idempotent.
+    pub fn prefill_done(&mut self) {
+        let p = self.prefill.swap(0, Ordering::Relaxed);
+        if p > 0 {
+            self.instance.queued_prefill.fetch_sub(p, Ordering::Relaxed);
+        }
+        if let Some(stamp) = self.index_insert.take() {
+            self.instance.index.settle(stamp);
+        }
+    }
+
+    /// The answer's first byte: its prefill is over, and how long it took
+    /// shows the instance's prefill rate (see [`super::prefill_rate`]).
+    pub fn first_byte(&mut self) {
+        let p = self.prefill.load(Ordering::Relaxed);
+        if p > 0 {
+            let uncached = p.saturating_sub(kvgate_routing::cost::REQUEST_OVERHEAD);
+            self.instance
+                .prefill_rate
+                .observe(uncached, self.claimed.elapsed());
+        }
+        self.prefill_done();
+    }
+
+    /// An answer that will not say when its prefill ends (not streamed):
+    /// give its charge back once `queued_ahead` tokens and its own have
+    /// drained at the instance's prefill rate, if it has shown one.
+    pub fn release_at_drain(&self, queued_ahead: u64) {
+        let charge = self.prefill.load(Ordering::Relaxed);
+        let Some(after) = self
+            .instance
+            .prefill_rate
+            .drain_time(queued_ahead.saturating_add(charge))
+        else {
+            return;
+        };
+        let (cell, instance) = (Arc::clone(&self.prefill), Arc::clone(&self.instance));
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let p = cell.swap(0, Ordering::Relaxed);
+            if p > 0 {
+                instance.queued_prefill.fetch_sub(p, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// The request's blocks went into the instance's index as insert `stamp`.
+    pub fn inserted(&mut self, stamp: u64) {
+        self.index_insert = Some(stamp);
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.prefill_done();
+        let prev = self.instance.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.instance.series.in_flight(prev.saturating_sub(1));
+        self.instance.engine.finished();
+        if let Some(hook) = self.instance.freed.get().and_then(Weak::upgrade) {
+            hook.freed();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_counts_and_releases() {
+        let i = Instance::new("e", "a", "http://a");
+        let mut g1 = i.claim(100);
+        let g2 = i.claim(50);
+        assert_eq!((i.in_flight(), i.queued_prefill()), (2, 150));
+        g1.prefill_done();
+        g1.prefill_done();
+        assert_eq!((i.in_flight(), i.queued_prefill()), (2, 50));
+        drop(g1);
+        assert_eq!(i.in_flight(), 1);
+        drop(g2);
+        assert_eq!((i.in_flight(), i.queued_prefill()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_non_streaming_charge_is_given_back_once_the_queue_has_drained() {
+        let i = Instance::new("e", "a", "http://a");
+        // A streamed answer shows 4,096 uncached tokens prefilled in ≥ 100 ms.
+        let mut g = i.claim(4096 + kvgate_routing::cost::REQUEST_OVERHEAD);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        g.first_byte();
+        drop(g);
+        // A non-streaming one behind 4,096 queued tokens: ≥ 190 ms of prefill in all.
+        let ahead = i.claim(3840);
+        let g = i.claim(3840);
+        g.release_at_drain(4096);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            i.queued_prefill(),
+            7680,
+            "given back before it could have drained"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            i.queued_prefill(),
+            3840,
+            "its charge given back, not the one ahead"
+        );
+        assert_eq!(i.in_flight(), 2, "the slot is held until the answer ends");
+        drop((ahead, g));
+        assert_eq!(i.queued_prefill(), 0);
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let b = Duration::from_secs(1);
+        assert_eq!(backoff(b, 1), b);
+        assert_eq!(backoff(b, 3), Duration::from_secs(4));
+        assert_eq!(backoff(b, 30), MAX_COOLDOWN);
+    }
+
+    #[test]
+    fn three_5xx_in_a_row_eject_and_success_resets() {
+        let i = Instance::new("e", "a", "http://a");
+        i.server_error(Duration::from_secs(60));
+        i.server_error(Duration::from_secs(60));
+        i.succeeded();
+        i.server_error(Duration::from_secs(60));
+        assert!(i.available(), "streak was reset by the success");
+        i.server_error(Duration::from_secs(60));
+        i.server_error(Duration::from_secs(60));
+        assert!(!i.available());
+    }
+
+    #[test]
+    fn probes_flip_health_after_thresholds() {
+        let i = Instance::new("e", "a", "http://a");
+        i.probe(false, 2, 3);
+        i.probe(false, 2, 3);
+        assert!(i.is_healthy());
+        i.probe(false, 2, 3);
+        assert!(!i.is_healthy());
+        i.probe(true, 2, 3);
+        assert!(!i.is_healthy());
+        i.probe(true, 2, 3);
+        assert!(i.is_healthy());
+    }
+
+    #[test]
+    fn cool_down_makes_unavailable() {
+        let i = Instance::new("e", "a", "http://a");
+        assert!(i.available());
+        i.cool_down(Duration::from_secs(60));
+        assert!(!i.available());
+        assert!(i.is_healthy());
+    }
+}

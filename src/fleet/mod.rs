@@ -1,0 +1,20 @@
+//! The fleet: the runtime state built from config (endpoints, their
+//! instances and policies), each instance's in-flight accounting and health,
+//! and the background jobs that keep it current (health checks, capacity
+//! probes, engine readings, discovery, warm-up, config reload).
+
+pub mod capacity;
+pub mod client;
+pub mod discovery;
+pub mod engine_load;
+pub mod health;
+pub mod instance;
+mod prefill_rate;
+pub mod queue;
+mod recent_work;
+pub mod reload;
+mod state;
+pub mod warmup;
+
+pub use instance::{InflightGuard, Instance};
+pub use state::{AppState, Endpoint, Runtime, Seen};

@@ -1,0 +1,50 @@
+//! Reading each instance's load from its engine (`/metrics`, see
+//! `upstream::engine_load`) every `queue.engine_poll_ms` while queueing is
+//! on, and releasing waiting requests when an engine has room again.
+//! Never on the request path.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use crate::fleet::AppState;
+use crate::fleet::Instance;
+
+/// A `/metrics` answer must come within this.
+const TIMEOUT: Duration = Duration::from_secs(1);
+/// How often to look again while queueing is off.
+const IDLE: Duration = Duration::from_secs(1);
+
+/// Run until the state is dropped by everyone else.
+pub async fn run(state: Weak<AppState>) {
+    loop {
+        let Some(live) = state.upgrade() else { return };
+        let rt = live.runtime.load_full();
+        drop(live);
+        let (enabled, poll) = (rt.config.queue.enabled, rt.config.queue.engine_poll);
+        if !enabled {
+            tokio::time::sleep(IDLE).await;
+            continue;
+        }
+        let reads = rt.endpoints.iter().flat_map(|ep| {
+            ep.instances
+                .iter()
+                .map(|inst| read(rt.client.clone(), Arc::clone(inst)))
+        });
+        join_all(reads).await;
+        for ep in &rt.endpoints {
+            ep.queue.pump();
+        }
+        drop(rt);
+        tokio::time::sleep(poll).await;
+    }
+}
+
+async fn read(client: reqwest::Client, inst: Arc<Instance>) {
+    use crate::fleet::engine_load::{fetch_metrics, parse};
+    let text = fetch_metrics(&client, &inst.url, TIMEOUT).await;
+    if let Some(reading) = text.as_deref().and_then(parse) {
+        inst.engine_read(reading);
+    }
+}
