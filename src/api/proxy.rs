@@ -90,7 +90,7 @@ async fn run(
         (&path, axum::http::Method::POST),
         (
             &headers,
-            reservation.map(|r| Box::new(r) as Box<dyn std::fmt::Debug + Send>),
+            reservation.map(|r| Box::new(r) as Box<dyn std::fmt::Debug + Send + Sync>),
         ),
         upload,
         &tenant,
@@ -137,7 +137,7 @@ pub async fn send(
     runtime: &Runtime,
     input: RouteInput,
     (path, method): (&str, axum::http::Method),
-    (headers, until_claimed): (&HeaderMap, Option<Box<dyn std::fmt::Debug + Send>>),
+    (headers, until_claimed): (&HeaderMap, Option<Box<dyn std::fmt::Debug + Send + Sync>>),
     upload: Option<Body>,
     tenant: &str,
     wire: Wire,

@@ -11,20 +11,20 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
+use kvgate_routing::{Load, Reason, Request};
 
-use super::body::{KeepAlive, UpstreamBody};
-use super::first_token::{FirstToken, TokenEvent};
+use super::attempt::{self, Sent};
+use super::dispatch::Dispatch;
 use super::headers;
+use super::respond::{Calibration, client_response};
 use crate::error::{ApiError, ErrorKind};
-use crate::fleet::Runtime;
-use crate::fleet::instance::Instance;
-use crate::openai::rewrite_stream::{Issuer, RewriteIds};
+use crate::fleet::{Endpoint, Instance, Runtime, Seen};
+use crate::openai::rewrite_stream::Issuer;
 use crate::request::RouteInput;
 use crate::route::{Placement, Route};
 use crate::telemetry;
-use kvgate_routing::{Load, Reason, Request};
 
 /// One request on its way upstream.
 #[derive(Debug)]
@@ -45,7 +45,7 @@ pub struct Forward<'a> {
     /// Dropped once the request holds an instance's slot: the room a fair
     /// queue promised it (`queue::Reservation`), so that it is not counted
     /// twice while the request runs.
-    pub until_claimed: Option<Box<dyn std::fmt::Debug + Send>>,
+    pub until_claimed: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
 }
 
 /// Where the request went and why, for logs.
@@ -56,254 +56,268 @@ pub struct Outcome {
     pub attempts: usize,
 }
 
+/// Try the plan's instances in order until one answers.
 pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError> {
-    let ep = &f.input.endpoint;
-    let server = &f.runtime.config.server;
+    let ep = Arc::clone(&f.input.endpoint);
     let started = Instant::now();
     let (loads, seen) = f.input.view();
-    // Warm-up replays chat-like prompts the strategy placed.
-    if ep.config.routing.warmup.is_some()
-        && f.input.placement == Placement::Policy
-        && matches!(
-            f.input.route,
-            Route::Chat | Route::Completions | Route::Native
-        )
-    {
-        ep.hot.record(
-            f.input.key,
-            f.input.route.upstream_path(),
-            &f.input.body,
-            &f.input.chain,
-        );
-    }
+    remember_for_warmup(&ep, &f.input);
     let request = f.input.routing_request();
-    let prompt_tokens = request.prompt_tokens;
-    let plan = plan(ep, &f.input.placement, &request, &loads)?;
+    let plan = plan(&ep, &f.input.placement, &request, &loads)?;
     let routing_took = started.elapsed();
-
-    let mut upstream_headers = headers::upstream_request(f.headers);
-    // The trace continues upstream (a no-op unless OpenTelemetry is on).
-    crate::telemetry::otel::inject(&mut upstream_headers);
-    // The endpoint's own credential; the client's was dropped just above.
-    if let Some(auth) = &ep.config.upstream_authorization {
-        upstream_headers.insert(header::AUTHORIZATION, auth.clone());
-    }
-    let mut last_error = String::from("no instance configured");
-    let mut last_kind = ErrorKind::Unavailable;
-    let count = plan.order.len();
+    let upstream_headers = upstream_headers(&ep, f.headers);
+    let mut failed = Failure::default();
     for (attempt, &idx) in plan.order.iter().enumerate() {
-        let Some(instance) = ep.instances.get(idx) else {
+        let Some((instance, uri)) = usable(&ep, idx, f.path, &mut failed) else {
             continue;
         };
-        if instance.is_draining() {
-            last_error = "every instance is draining".to_owned();
-            continue;
-        }
-        // Before anything is charged to the instance: nothing to take back.
-        let Some(uri) = instance.uri_for(f.path) else {
-            tracing::warn!(endpoint = %ep.name(), instance = %instance.id, "the instance URL and the request path make no URI; trying the next instance");
-            last_error = "the instance URL is not a valid URI".to_owned();
-            continue;
+        let (reason, decision) = match attempt {
+            0 => (plan.reason, plan.reason.as_str()),
+            _ => (Reason::Overflow, "failover"),
         };
-        let reason = if attempt == 0 {
-            plan.reason
-        } else {
-            Reason::Overflow
-        };
-        let outcome = if attempt == 0 {
-            reason.as_str()
-        } else {
-            "failover"
-        };
-        instance.series.routing_decision(outcome, routing_took);
-        let load = loads.get(idx).copied().unwrap_or_default();
-        // Prompts (a pinned follow-up's too) are charged to the index where
-        // they go; what is placed by load alone has no cache to remember.
-        let indexed =
-            ep.config.routing.strategy.uses_index() && f.input.placement != Placement::Load;
-        let mut guard = instance.claim(ep.policy.queued_charge(&request, &load));
-        drop(f.until_claimed.take());
-        if !f.input.stream {
-            // Its first byte will be its last: time the charge out instead.
-            guard.release_at_drain(load.queued_prefill);
-        }
-        // The instance will cache what it prefills; a request that never gets
-        // there, or that it refuses, is taken back out below.
+        instance.series.routing_decision(decision, routing_took);
         if attempt == 0 && f.input.placement == Placement::Policy {
-            count_fallbacks(ep, &f.input, &seen);
+            count_fallbacks(&ep, &f.input, &seen);
         }
-        let feed = instance.kv_feed();
-        let awaiting = match (&f.input.kv, &feed) {
-            (Some(prompt), Some(sub)) => {
-                let held = seen.get(idx).map_or(0, |s| s.held_blocks);
-                // Attribution matters only for a first block the instance lacks.
-                let root = prompt.scoped_root.as_ref().filter(|_| held == 0);
-                let new_blocks = held < prompt.keys.len();
-                sub.feed
-                    .dispatched(&prompt.keys, root, new_blocks, Instant::now())
-            }
-            _ => None,
-        };
-        // This attempt did no work: no event is to be expected from it.
-        let withdraw = || {
-            if let (Some(sub), Some(prompt)) = (&feed, &f.input.kv) {
-                sub.feed.withdraw(awaiting, &prompt.keys);
-            }
-        };
-        let inserted = if indexed {
-            telemetry::matched_fraction(ep.name(), matched_fraction(ep, &request, &load));
-            let inserted = instance.index.insert(&f.input.chain);
-            instance.series.index_size(inserted.len);
-            guard.inserted(inserted.stamp());
-            inserted
-        } else {
-            Default::default()
-        };
-        let body = match f.upload.take() {
-            Some(upload) => upload,
-            None if f.input.upload => {
-                // The upload went to an instance that refused the connection.
-                break;
-            }
-            None => Body::from(f.input.body.clone()),
-        };
-        let mut request = axum::http::Request::new(body);
-        *request.method_mut() = f.method.clone();
-        *request.uri_mut() = uri;
-        *request.headers_mut() = upstream_headers.clone();
-        let sent = Instant::now();
-        let request = f.runtime.proxies.here().request(request);
-        let response = match tokio::time::timeout(server.timeouts.first_byte, request).await {
-            Err(_) => {
-                // The upstream may be working on it; a second copy elsewhere
-                // would double the GPU work. Answer 504 and let the drop abort it.
-                // A hung instance is a failing one: timeouts count toward passive
-                // ejection like 5xx answers, or it would keep drawing its share.
-                instance.server_error(server.failover_cooldown);
-                tracing::warn!(endpoint = %ep.name(), instance = %instance.id, "no response headers in time");
-                return Err(ApiError::new(
-                    ErrorKind::GatewayTimeout,
-                    format!(
-                        "the upstream sent no response within {:?}",
-                        server.timeouts.first_byte
-                    ),
-                ));
-            }
-            Ok(Err(e)) => {
-                withdraw();
-                if indexed {
-                    take_back(instance, &f.input.chain, inserted);
-                }
-                instance.connect_failed(server.failover_cooldown);
-                tracing::warn!(endpoint = %ep.name(), instance = %instance.id, error = %error_chain(&e), "upstream connection failed; trying the next instance");
-                telemetry::retry(ep.name(), &instance.id, "connect");
-                let timed_out = crate::fleet::client::is_timeout(&e);
-                last_kind = if timed_out {
-                    ErrorKind::GatewayTimeout
-                } else {
-                    ErrorKind::BadGateway
-                };
-                // The client learns what happened, not where: instance URLs stay internal.
-                last_error = if timed_out {
-                    "connection timed out"
-                } else {
-                    "connection failed"
-                }
-                .to_owned();
+        // An upload can be sent once: not again after a refused connection.
+        let Some(body) = f.body() else { break };
+        let load = loads.get(idx).copied().unwrap_or_default();
+        let mut dispatch =
+            Dispatch::claim(&ep, instance, &f.input, (&request, &load), seen.get(idx));
+        drop(f.until_claimed.take());
+        let (response, took) = match attempt::send(
+            f.runtime,
+            ep.name(),
+            instance,
+            f.request(body, uri, &upstream_headers),
+        )
+        .await
+        {
+            Sent::Answered(response, took) => (response, took),
+            Sent::Failed(kind, why) => {
+                dispatch.no_work();
+                failed = Failure::new(kind, why);
                 continue;
             }
-            Ok(Ok(r)) => r,
+            Sent::TimedOut(e) => return Err(e),
         };
         let status = response.status();
-        if status.is_server_error() {
-            instance.server_error(server.failover_cooldown);
-        } else {
-            instance.succeeded();
-        }
+        // Overloaded, starting, or refusing the request (context too long,
+        // rate limited): it cached nothing, even when its answer is the client's.
         let no_work = matches!(
             status,
             StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE
         );
         if no_work || status.is_client_error() {
-            withdraw();
+            dispatch.no_work();
         }
-        if indexed && (no_work || status.is_client_error()) {
-            // Overloaded, starting, or refusing the request (context too long,
-            // rate limited): it cached nothing, even when its answer is the client's.
-            take_back(instance, &f.input.chain, inserted);
-        }
-        if no_work && attempt + 1 < count {
+        if no_work && attempt + 1 < plan.order.len() {
             telemetry::retry(ep.name(), &instance.id, "status");
-            last_kind = ErrorKind::BadGateway;
-            last_error = format!("an instance answered {status}");
+            failed = Failure::new(
+                ErrorKind::BadGateway,
+                format!("an instance answered {status}"),
+            );
             continue;
         }
-        instance.series.response_headers(sent.elapsed());
-        if status.is_client_error() || status.is_server_error() {
-            // Read while the slot is held, then let it go with the guard.
-            let resp = super::relay_error::relay(response, server.timeouts.idle).await;
-            drop(guard);
-            let api = f.input.route.label();
-            telemetry::request_duration(ep.name(), api, started.elapsed());
-            let outcome = Outcome {
-                instance: Arc::clone(instance),
-                reason,
-                attempts: attempt + 1,
-            };
-            return Ok((resp, outcome));
-        }
-        let admission = f.input.admission.clone();
-        // The approximate index checks itself against the engine's answer.
+        instance.series.response_headers(took);
+        let outcome = Outcome::new(instance, reason, attempt);
         let from_events = seen.get(idx).is_some_and(|s| s.from_events);
-        let calibration = (indexed && !from_events).then(|| Calibration {
+        return Ok((
+            answer(
+                (f.runtime, &f.input, f.keepalive),
+                response,
+                dispatch,
+                started,
+                from_events,
+            )
+            .await,
+            outcome,
+        ));
+    }
+    Err(failed.into_error(&ep, &plan, &loads))
+}
+
+impl Outcome {
+    fn new(instance: &Arc<Instance>, reason: Reason, attempt: usize) -> Self {
+        let instance = Arc::clone(instance);
+        let attempts = attempt + 1;
+        Self {
+            instance,
+            reason,
+            attempts,
+        }
+    }
+}
+
+impl Forward<'_> {
+    /// One attempt's request to the instance at `uri`.
+    fn request(
+        &self,
+        body: Body,
+        uri: axum::http::Uri,
+        headers: &HeaderMap,
+    ) -> axum::http::Request<Body> {
+        let mut req = axum::http::Request::new(body);
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = uri;
+        *req.headers_mut() = headers.clone();
+        req
+    }
+
+    /// The body of the next attempt; `None` when the upload it was has gone.
+    fn body(&mut self) -> Option<Body> {
+        match self.upload.take() {
+            Some(upload) => Some(upload),
+            None if self.input.upload => None,
+            None => Some(Body::from(self.input.body.clone())),
+        }
+    }
+}
+
+/// The client's answer from the instance's: an error answer read whole
+/// while the slot is held; a success streamed through, the index checked
+/// against its usage unless the engine's events spoke for the instance.
+async fn answer(
+    (runtime, input, keepalive): (&Runtime, &RouteInput, bool),
+    response: axum::http::Response<hyper::body::Incoming>,
+    dispatch: Dispatch<'_>,
+    started: Instant,
+    from_events: bool,
+) -> Response {
+    let ep = &input.endpoint;
+    let server = &runtime.config.server;
+    let status = response.status();
+    if status.is_client_error() || status.is_server_error() {
+        let resp = super::relay_error::relay(response, server.timeouts.idle).await;
+        drop(dispatch);
+        telemetry::request_duration(ep.name(), input.route.label(), started.elapsed());
+        return resp;
+    }
+    let calibration = dispatch
+        .inserted()
+        .filter(|_| !from_events)
+        .map(|inserted| Calibration {
             inserted,
             block_tokens: kvgate_routing::cost::block_tokens(ep.config.routing.block_chars) as u64,
-            prompt_tokens,
+            prompt_tokens: input.prompt_tokens,
         });
-        let timing = (started, f.input.route);
-        let issuer = f.input.ids.clone().map(|scope| Issuer {
-            scope,
-            endpoint: ep.name().to_owned(),
-            instance: instance.id.clone(),
-        });
-        let keepalive = server.sse_keepalive.filter(|_| f.keepalive);
-        let resp = client_response(
-            response,
-            guard,
-            (keepalive, server.timeouts.idle),
-            (f.input.stream, issuer),
-            (admission, calibration),
-            timing,
+    let guard = dispatch.into_guard();
+    let issuer = input.ids.clone().map(|scope| Issuer {
+        scope,
+        endpoint: ep.name().to_owned(),
+        instance: guard.instance().id.clone(),
+    });
+    let keepalive = server.sse_keepalive.filter(|_| keepalive);
+    client_response(
+        response,
+        guard,
+        (keepalive, server.timeouts.idle),
+        (input.stream, issuer),
+        (input.admission.clone(), calibration),
+        (started, input.route),
+    )
+}
+
+/// Why no instance took the request, as the last attempt left it.
+struct Failure {
+    kind: ErrorKind,
+    error: String,
+}
+
+impl Default for Failure {
+    fn default() -> Self {
+        Self::new(ErrorKind::Unavailable, "no instance configured")
+    }
+}
+
+impl Failure {
+    fn new(kind: ErrorKind, error: impl Into<String>) -> Self {
+        Self {
+            kind,
+            error: error.into(),
+        }
+    }
+
+    fn into_error(self, ep: &Endpoint, plan: &kvgate_routing::Plan, loads: &[Load]) -> ApiError {
+        let Failure {
+            mut kind,
+            mut error,
+        } = self;
+        // Every candidate was already ejected or cooling down before this
+        // request tried it as a last resort: no healthy instance, worth a retry.
+        let none_healthy = !plan
+            .order
+            .iter()
+            .any(|&i| loads.get(i).is_some_and(|l| l.available));
+        if none_healthy && kind == ErrorKind::BadGateway {
+            kind = ErrorKind::Unavailable;
+            error = format!("no healthy instance (last attempt: {error})");
+        }
+        ApiError::new(
+            kind,
+            format!(
+                "no instance of endpoint {} could take the request: {error}",
+                ep.name()
+            ),
+        )
+    }
+}
+
+/// The plan's `idx`th instance and the URI of the request on it, unless it
+/// is draining or its URL makes no URI (nothing has been charged to it yet).
+fn usable<'a>(
+    ep: &'a Endpoint,
+    idx: usize,
+    path: &str,
+    failed: &mut Failure,
+) -> Option<(&'a Arc<Instance>, axum::http::Uri)> {
+    let instance = ep.instances.get(idx)?;
+    if instance.is_draining() {
+        failed.error = "every instance is draining".to_owned();
+        return None;
+    }
+    let Some(uri) = instance.uri_for(path) else {
+        tracing::warn!(endpoint = %ep.name(), instance = %instance.id, "the instance URL and the request path make no URI; trying the next instance");
+        failed.error = "the instance URL is not a valid URI".to_owned();
+        return None;
+    };
+    Some((instance, uri))
+}
+
+/// The client's headers as the instance gets them: hop-by-hop and the
+/// client's credential dropped, the trace continued, the endpoint's own
+/// credential added.
+fn upstream_headers(ep: &Endpoint, client: &HeaderMap) -> HeaderMap {
+    let mut h = headers::upstream_request(client);
+    // A no-op unless OpenTelemetry is on.
+    crate::telemetry::otel::inject(&mut h);
+    if let Some(auth) = &ep.config.upstream_authorization {
+        h.insert(header::AUTHORIZATION, auth.clone());
+    }
+    h
+}
+
+/// Warm-up replays chat-like prompts the strategy placed.
+fn remember_for_warmup(ep: &Endpoint, input: &RouteInput) {
+    if ep.config.routing.warmup.is_some()
+        && input.placement == Placement::Policy
+        && matches!(
+            input.route,
+            Route::Chat | Route::Completions | Route::Native
+        )
+    {
+        ep.hot.record(
+            input.key,
+            input.route.upstream_path(),
+            &input.body,
+            &input.chain,
         );
-        let outcome = Outcome {
-            instance: Arc::clone(instance),
-            reason,
-            attempts: attempt + 1,
-        };
-        return Ok((resp, outcome));
     }
-    // Every candidate was already ejected or cooling down before this
-    // request tried it as a last resort: no healthy instance, worth a retry.
-    let none_healthy = !plan
-        .order
-        .iter()
-        .any(|&i| loads.get(i).is_some_and(|l| l.available));
-    if none_healthy && last_kind == ErrorKind::BadGateway {
-        last_kind = ErrorKind::Unavailable;
-        last_error = format!("no healthy instance (last attempt: {last_error})");
-    }
-    Err(ApiError::new(
-        last_kind,
-        format!(
-            "no instance of endpoint {} could take the request: {last_error}",
-            ep.name()
-        ),
-    ))
 }
 
 /// The instances to try, in order, as the request's placement says.
 fn plan(
-    ep: &crate::fleet::Endpoint,
+    ep: &Endpoint,
     placement: &Placement,
     request: &Request,
     loads: &[Load],
@@ -338,163 +352,9 @@ fn plan(
     }
 }
 
-/// What the approximate index expected of an instance, to check against the
-/// `cached_tokens` its answer reports ([`kvgate_routing::BlockIndex::calibrate`]).
-#[derive(Debug, Clone, Copy)]
-struct Calibration {
-    inserted: kvgate_routing::index::Inserted,
-    /// Tokens an index block stands for.
-    block_tokens: u64,
-    /// The gateway's estimate of the prompt's tokens.
-    prompt_tokens: u64,
-}
-
-impl Calibration {
-    /// An answer speaks for the index only if it says what was cached, of a
-    /// prompt about the size the gateway estimated (characters ÷ 4 is rough,
-    /// but not off by 2×): anything else is not about these blocks.
-    fn believable(&self, u: &super::usage::Usage) -> bool {
-        u.cached_reported
-            && u.prompt_tokens.saturating_mul(2) >= self.prompt_tokens
-            && u.prompt_tokens <= self.prompt_tokens.saturating_mul(2)
-    }
-}
-
-/// Turn the upstream response into the client's, streaming the body through.
-fn client_response(
-    upstream: axum::http::Response<hyper::body::Incoming>,
-    guard: crate::fleet::InflightGuard,
-    (keepalive, idle): (Option<std::time::Duration>, std::time::Duration),
-    (stream_requested, issuer): (bool, Option<Issuer>),
-    (admission, calibration): (Option<Arc<crate::tenancy::Admission>>, Option<Calibration>),
-    (started, route): (Instant, Route),
-) -> Response {
-    let api = route.label();
-    let status = upstream.status();
-    let mut hdrs = headers::client_response(upstream.headers());
-    let is_sse = hdrs
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if is_sse || stream_requested {
-        // Ask nginx-style proxies in front of us not to buffer the stream.
-        hdrs.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        hdrs.entry(header::CACHE_CONTROL)
-            .or_insert(HeaderValue::from_static("no-cache"));
-    }
-    let instance = Arc::clone(guard.instance());
-    // Only a stream that reports no usage needs its text counted, and only
-    // for a tenant with a token limit or a fair queue counting its service;
-    // the chunks are kept either way (by reference) because which kind it
-    // is shows only at its end.
-    let keep = is_sse
-        && admission
-            .as_ref()
-            .is_some_and(|a| a.counts_tokens() || a.counts_service());
-    // The tenant's admission (concurrency slot, token charge) lives exactly
-    // as long as this closure: until the body ends or the client leaves.
-    let on_done = Box::new(
-        move |usage: Option<super::usage::Usage>, transcript: Option<Vec<bytes::Bytes>>| {
-            // A token count's `input_tokens` is the answer, not tokens served.
-            let usage = usage.filter(|_| route != Route::CountTokens);
-            if let Some(a) = admission {
-                settle(&a, usage, transcript, &instance.endpoint);
-            }
-            telemetry::request_duration(&instance.endpoint, api, started.elapsed());
-            // A retrieved response repeats the usage of the one that made it.
-            if let Some(u) = usage.filter(|_| route != Route::ResponseById) {
-                instance
-                    .series
-                    .usage(u.prompt_tokens, u.cached_tokens, u.completion_tokens);
-                if let Some(c) = calibration.filter(|c| c.believable(&u)) {
-                    let held = u.cached_tokens / c.block_tokens.max(1);
-                    instance
-                        .index
-                        .calibrate(&c.inserted, usize::try_from(held).unwrap_or(usize::MAX));
-                }
-            }
-        },
-    );
-    let keepalive = keepalive.filter(|_| is_sse).map(KeepAlive::new);
-    let event = match route {
-        Route::Responses | Route::ResponseById | Route::Messages => TokenEvent::Delta,
-        _ => TokenEvent::Data,
-    };
-    let first_token = is_sse.then(|| (FirstToken::new(event), started));
-    let body = UpstreamBody::new(
-        http_body_util::BodyExt::into_data_stream(upstream.into_body()),
-        guard,
-        idle,
-        keepalive,
-        first_token,
-        on_done,
-    );
-    let body = if keep { body.keep_transcript() } else { body };
-    let body = match issuer {
-        Some(issuer) => {
-            // Rewritten ids change the length.
-            hdrs.remove(header::CONTENT_LENGTH);
-            Body::from_stream(RewriteIds::new(body, issuer, is_sse))
-        }
-        None => Body::from_stream(body),
-    };
-    let mut resp = Response::new(body);
-    *resp.status_mut() = status;
-    *resp.headers_mut() = hdrs;
-    resp
-}
-
-/// Charge the tenant's tokens per minute with what the request really used:
-/// the reported usage, or, for a stream without one, the prompt estimate
-/// plus the completion tokens counted from its text — on a blocking thread,
-/// after the last byte went to the client, so counting never delays one.
-fn settle(
-    admission: &crate::tenancy::Admission,
-    usage: Option<super::usage::Usage>,
-    transcript: Option<Vec<bytes::Bytes>>,
-    endpoint: &str,
-) {
-    // A usage object is the upstream's own count: trust it as it is.
-    let Some(chunks) = transcript.filter(|_| usage.is_none()) else {
-        if let Some(u) = usage.filter(|u| u.completion_tokens > 0) {
-            telemetry::completion_tokens(endpoint, "usage", u.completion_tokens);
-        }
-        admission.served(usage.map_or(0, |u| u.completion_tokens));
-        admission.settle(
-            usage.map(|u| u.prompt_tokens),
-            usage.map_or(0, |u| u.completion_tokens),
-        );
-        return;
-    };
-    let (charge, served) = (admission.take_charge(), admission.take_served());
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    if charge.is_none() && served.is_none() {
-        return;
-    }
-    let endpoint = endpoint.to_owned();
-    rt.spawn_blocking(move || {
-        let counted = super::completion::count(&chunks);
-        if let Some(c) = charge {
-            telemetry::completion_tokens(&endpoint, "counted", counted);
-            c.settle(None, counted);
-        }
-        if let Some(f) = served {
-            f.call(counted);
-        }
-    });
-}
-
-/// Undo a dispatch's index insert on an instance that did no work for it.
-fn take_back(instance: &Instance, chain: &[u64], inserted: kvgate_routing::index::Inserted) {
-    instance.index.forget(chain, inserted);
-    instance.series.index_size(instance.index.len());
-}
-
 /// Under `kv_aware`, count the instances this decision saw through the
 /// approximate index, and why.
-fn count_fallbacks(ep: &crate::fleet::Endpoint, input: &RouteInput, seen: &[crate::fleet::Seen]) {
+fn count_fallbacks(ep: &Endpoint, input: &RouteInput, seen: &[Seen]) {
     if !ep.config.routing.strategy.uses_events() {
         return;
     }
@@ -513,23 +373,4 @@ fn count_fallbacks(ep: &crate::fleet::Endpoint, input: &RouteInput, seen: &[crat
         telemetry::kv_fallback(ep.name(), &inst.id, why);
     }
     telemetry::kv_fallback_instances(ep.name(), n);
-}
-
-/// The share of the prompt the chosen instance is believed to hold.
-fn matched_fraction(ep: &crate::fleet::Endpoint, request: &Request, load: &Load) -> f64 {
-    let cost = ep.policy.costs(request, std::slice::from_ref(load));
-    let cached = cost.and_then(|c| c.first().map(|c| c.cached_tokens));
-    cached.unwrap_or(0) as f64 / request.prompt_tokens.max(1) as f64
-}
-
-/// The client's Display hides the cause ("client error (Connect)"); show the chain.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
