@@ -27,6 +27,38 @@ pub enum Route {
     CountTokens,
 }
 
+/// Every path an inference route is served on: (method, template, route).
+/// The router, the request counters, `kvgate explain` and the OpenAPI
+/// document's test all read this list, so a new route is added here (and in
+/// [`Route`]'s methods below) and nowhere else.
+pub const PATHS: &[(&str, &str, Route)] = &[
+    ("post", "/v1/chat/completions", Route::Chat),
+    ("post", "/v1/completions", Route::Completions),
+    ("post", "/v1/messages", Route::Messages),
+    ("post", "/v1/messages/count_tokens", Route::CountTokens),
+    ("post", "/v1/responses", Route::Responses),
+    ("get", "/v1/responses/{id}", Route::ResponseById),
+    ("delete", "/v1/responses/{id}", Route::ResponseById),
+    ("post", "/v1/responses/{id}/cancel", Route::ResponseById),
+    ("post", "/v1/embeddings", Route::Embeddings),
+    ("post", "/tokenize", Route::Tokenize),
+    ("post", "/detokenize", Route::Detokenize),
+    ("post", "/v1/score", Route::Score),
+    ("post", "/v1/rerank", Route::Rerank),
+    ("post", "/pooling", Route::Pooling),
+    ("post", "/v1/audio/transcriptions", Route::Transcriptions),
+    ("post", "/endpoints/{endpoint}/invocations", Route::Native),
+    // Re-framed as SageMaker's event stream (`api::proxy::Wire`).
+    (
+        "post",
+        "/endpoints/{endpoint}/invocations-response-stream",
+        Route::Native,
+    ),
+    // SageMaker's container contract, so kvgate can itself be the inference
+    // container: `/invocations` goes to the first configured endpoint.
+    ("post", "/invocations", Route::Native),
+];
+
 /// How the instance is chosen.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Placement {
@@ -61,24 +93,34 @@ impl Route {
 
     /// The route a matched path template is.
     pub fn of_template(template: &str) -> Option<Self> {
-        Some(match template {
-            "/v1/chat/completions" => Self::Chat,
-            "/v1/completions" => Self::Completions,
-            "/v1/responses" => Self::Responses,
-            "/v1/embeddings" => Self::Embeddings,
-            "/tokenize" => Self::Tokenize,
-            "/detokenize" => Self::Detokenize,
-            "/v1/score" => Self::Score,
-            "/v1/rerank" => Self::Rerank,
-            "/pooling" => Self::Pooling,
-            "/v1/audio/transcriptions" => Self::Transcriptions,
-            "/v1/messages" => Self::Messages,
-            "/v1/messages/count_tokens" => Self::CountTokens,
-            t if t.starts_with("/v1/responses/") => Self::ResponseById,
-            // `/invocations`: SageMaker's container contract, the first endpoint's Invoke.
-            t if t.starts_with("/endpoints/") || t == "/invocations" => Self::Native,
-            _ => return None,
-        })
+        PATHS
+            .iter()
+            .find(|(_, t, _)| *t == template)
+            .map(|(_, _, r)| *r)
+    }
+
+    /// The route a concrete request path takes, and the endpoint its path
+    /// names (`/endpoints/{endpoint}/…`), for `kvgate explain`.
+    pub fn of_path(method: &str, path: &str) -> Option<(Self, Option<String>)> {
+        let path = path.trim_end_matches('/');
+        PATHS
+            .iter()
+            .filter(|(m, _, _)| *m == method)
+            .find_map(|(_, t, r)| {
+                let mut endpoint = None;
+                let (mut want, mut got) = (t.split('/'), path.split('/'));
+                loop {
+                    match (want.next(), got.next()) {
+                        (None, None) => return Some((*r, endpoint)),
+                        (Some("{endpoint}"), Some(g)) if !g.is_empty() => {
+                            endpoint = Some(g.to_owned())
+                        }
+                        (Some(w), Some(g)) if w.starts_with('{') && !g.is_empty() => {}
+                        (Some(w), Some(g)) if w == g => {}
+                        _ => return None,
+                    }
+                }
+            })
     }
 
     /// The `api` label of `kvgate_requests_total` and friends.

@@ -4,6 +4,7 @@ mod admin;
 mod instances;
 mod metrics;
 pub mod middleware;
+pub mod pipeline;
 mod proxy;
 mod responses;
 
@@ -17,9 +18,10 @@ use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
-use crate::api::middleware::{admin as admin_auth, admit, auth, canonicalise, claim, count};
+use crate::api::middleware::admin as admin_auth;
 use crate::error::{ApiError, ErrorKind};
 use crate::fleet::AppState;
+use crate::route::Route;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -38,76 +40,29 @@ enum Access {
 
 type State = Arc<AppState>;
 
-/// The route table: every served path is here and nowhere else.
+/// The route table: the inference paths of [`crate::route::PATHS`], served
+/// by the pipeline (the Responses API's by-id routes by their own handler),
+/// and the gateway's own routes, listed here.
 fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
     use Access::*;
-    vec![
-        (
-            "post",
-            "/v1/chat/completions",
-            Inference,
-            post(proxy::handle),
-        ),
-        ("post", "/v1/completions", Inference, post(proxy::handle)),
-        ("post", "/v1/messages", Inference, post(proxy::handle)),
-        (
-            "post",
-            "/v1/messages/count_tokens",
-            Inference,
-            post(proxy::handle),
-        ),
-        ("post", "/v1/responses", Inference, post(proxy::handle)),
-        ("post", "/v1/embeddings", Inference, post(proxy::handle)),
-        ("post", "/tokenize", Inference, post(proxy::handle)),
-        ("post", "/detokenize", Inference, post(proxy::handle)),
-        ("post", "/v1/score", Inference, post(proxy::handle)),
-        ("post", "/v1/rerank", Inference, post(proxy::handle)),
-        ("post", "/pooling", Inference, post(proxy::handle)),
-        (
-            "post",
-            "/v1/audio/transcriptions",
-            Inference,
-            post(proxy::handle),
-        ),
-        (
-            "post",
-            "/endpoints/{endpoint}/invocations",
-            Inference,
-            post(proxy::handle),
-        ),
-        (
-            "post",
-            "/endpoints/{endpoint}/invocations-response-stream",
-            Inference,
-            post(proxy::handle_stream),
-        ),
-        // SageMaker's container contract, so kvgate can itself be the inference
-        // container: `/invocations` goes to the first configured endpoint.
-        ("post", "/invocations", Inference, post(proxy::handle)),
+    let inference = crate::route::PATHS.iter().map(|&(method, path, route)| {
+        let handler = match route {
+            Route::ResponseById => on(method, responses::by_id),
+            _ => on(method, pipeline::infer),
+        };
+        let access = match route {
+            Route::ResponseById => Authenticated,
+            _ => Inference,
+        };
+        (method, path, access, handler)
+    });
+    let own = vec![
         ("get", "/v1/models", Authenticated, get(admin::models)),
         (
             "get",
             "/v1/models/{*model}",
             Authenticated,
             get(admin::model),
-        ),
-        (
-            "get",
-            "/v1/responses/{id}",
-            Authenticated,
-            get(responses::by_id),
-        ),
-        (
-            "delete",
-            "/v1/responses/{id}",
-            Authenticated,
-            axum::routing::delete(responses::by_id),
-        ),
-        (
-            "post",
-            "/v1/responses/{id}/cancel",
-            Authenticated,
-            post(responses::by_id),
         ),
         (
             "post",
@@ -126,7 +81,21 @@ fn table() -> Vec<(&'static str, &'static str, Access, MethodRouter<State>)> {
         ("get", "/ready", Open, get(admin::ready)),
         ("get", "/ping", Open, get(admin::ready)),
         ("get", "/metrics", Open, get(admin::metrics)),
-    ]
+    ];
+    inference.chain(own).collect()
+}
+
+/// A handler on one method, named as the table names it.
+fn on<H, T>(method: &str, handler: H) -> MethodRouter<State>
+where
+    H: axum::handler::Handler<T, State>,
+    T: 'static,
+{
+    match method {
+        "get" => get(handler),
+        "delete" => axum::routing::delete(handler),
+        _ => post(handler),
+    }
 }
 
 /// Every served (method, path template), for the OpenAPI document's test.
@@ -143,28 +112,22 @@ fn group(access: Access) -> Router<State> {
 
 /// The whole HTTP surface of the gateway.
 pub fn router(state: Arc<AppState>) -> Router {
-    let inference = group(Access::Inference)
-        // Tenant limits, model allow-list and cache salt; needs the parsed body,
-        // so it sits inside canonicalise (a later route_layer runs first).
-        .route_layer(from_fn(admit::admit))
-        .route_layer(from_fn_with_state(
-            Arc::clone(&state),
-            canonicalise::canonicalise,
-        ))
-        // The tenant's concurrency slot, from the headers: before the body is
-        // read (a SigV4 tenant is known only once auth has verified the body).
-        .route_layer(from_fn_with_state(Arc::clone(&state), claim::claim))
-        // 401 before anything reads the body.
-        .route_layer(from_fn_with_state(Arc::clone(&state), auth::authenticate))
-        // Every answer counted, refusals and clients that left included.
-        .route_layer(from_fn_with_state(Arc::clone(&state), count::count));
+    // The pipeline's steps (count, auth, claim, analyse, admit) run inside
+    // its handler: see `pipeline`.
+    let inference = group(Access::Inference);
 
     // Everything here is authenticated; the open allow-list is merged below.
     let authenticated = group(Access::Authenticated)
-        .route_layer(from_fn_with_state(Arc::clone(&state), auth::authenticate))
+        .route_layer(from_fn_with_state(
+            Arc::clone(&state),
+            pipeline::auth::layer,
+        ))
         // The Responses API's by-id routes are counted like inference; the
         // rest of this group (model lists) match no API and pass untouched.
-        .route_layer(from_fn_with_state(Arc::clone(&state), count::count))
+        .route_layer(from_fn_with_state(
+            Arc::clone(&state),
+            pipeline::count::layer,
+        ))
         .merge(inference);
 
     // Operators only: admin routes see every tenant's traffic.

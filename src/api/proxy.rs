@@ -1,14 +1,14 @@
-//! The inference handler: everything is decided by the time it runs (the
-//! canonicalise layer built a [`RouteInput`]); it forwards and logs.
+//! The end of the inference pipeline: an admitted request waits for room in
+//! its endpoint's fair queue, is forwarded, and its outcome is logged.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::Extension;
 use axum::body::Body;
-use axum::http::{HeaderMap, Uri};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 
+use super::pipeline::Admitted;
 use crate::fleet::Runtime;
 use crate::request::RouteInput;
 use crate::route::Route;
@@ -24,57 +24,34 @@ pub enum Wire {
     EventStream,
 }
 
-pub async fn handle(
-    input: Extension<RouteInput>,
-    runtime: Extension<Arc<Runtime>>,
-    tenant: Option<Extension<crate::tenancy::Tenant>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    run(input, runtime, tenant, uri, headers, body, Wire::Plain).await
+impl Wire {
+    /// The wire of an inference route's path template.
+    pub fn of_template(template: &str) -> Self {
+        if template.ends_with("-response-stream") {
+            Self::EventStream
+        } else {
+            Self::Plain
+        }
+    }
 }
 
-/// `POST /endpoints/{name}/invocations-response-stream`.
-pub async fn handle_stream(
-    input: Extension<RouteInput>,
-    runtime: Extension<Arc<Runtime>>,
-    tenant: Option<Extension<crate::tenancy::Tenant>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    run(
-        input,
-        runtime,
+/// Send an admitted request: wait for room in the endpoint's fair queue
+/// where it has one, then forward it.
+pub async fn send(runtime: &Runtime, admitted: Admitted, wire: Wire) -> Response {
+    let Admitted {
         tenant,
-        uri,
-        headers,
-        body,
-        Wire::EventStream,
-    )
-    .await
-}
-
-async fn run(
-    Extension(input): Extension<RouteInput>,
-    Extension(runtime): Extension<Arc<Runtime>>,
-    tenant: Option<Extension<crate::tenancy::Tenant>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-    wire: Wire,
-) -> Response {
-    let path = match uri.query() {
+        parts,
+        input,
+        upload,
+        rate_headers,
+    } = admitted;
+    let path = match parts.uri.query() {
         Some(q) => format!("{}?{q}", input.route.upstream_path()),
         None => input.route.upstream_path().to_owned(),
     };
-    // The canonicalise layer left a streamed upload as the body; JSON routes
-    // forward `input.body` (what admission may have salted).
-    let upload = input.upload.then_some(body);
-    let tenant = tenant.map_or_else(|| "anonymous".into(), |t| t.0.id.clone());
-    // Held until the request has its instance's slot: see `queue`.
-    let reservation = match wait_for_room(&runtime, &input, &headers, &tenant).await {
+    let headers = &parts.headers;
+    // Held until the request has its instance's slot: see `fleet::queue`.
+    let reservation = match wait_for_room(runtime, &input, headers, &tenant.id).await {
         Ok(r) => r,
         Err(e) => {
             // Refused before any engine saw it: no tokens to charge.
@@ -84,19 +61,19 @@ async fn run(
             return e.into_response();
         }
     };
-    send(
-        &runtime,
+    let until_claimed = reservation.map(|r| Box::new(r) as Box<dyn std::fmt::Debug + Send + Sync>);
+    let mut resp = forward_logged(
+        runtime,
         input,
         (&path, axum::http::Method::POST),
-        (
-            &headers,
-            reservation.map(|r| Box::new(r) as Box<dyn std::fmt::Debug + Send + Sync>),
-        ),
+        (headers, until_claimed),
         upload,
-        &tenant,
+        &tenant.id,
         wire,
     )
-    .await
+    .await;
+    resp.headers_mut().extend(rate_headers);
+    resp
 }
 
 /// When the endpoint queues (`queue.enabled`) and every instance is
@@ -133,7 +110,7 @@ async fn wait_for_room(
 }
 
 /// Forward one request and log where it went.
-pub async fn send(
+pub async fn forward_logged(
     runtime: &Runtime,
     input: RouteInput,
     (path, method): (&str, axum::http::Method),

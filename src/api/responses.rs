@@ -21,7 +21,7 @@ pub async fn by_id(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
     tenant: Option<Extension<Tenant>>,
-    slot: Option<Extension<crate::api::middleware::count::EndpointSlot>>,
+    slot: Option<Extension<crate::api::pipeline::count::EndpointSlot>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -68,7 +68,7 @@ pub async fn by_id(
             Placement::Pinned(instance),
         )
     };
-    super::proxy::send(
+    super::proxy::forward_logged(
         &runtime,
         input,
         (&path, method),

@@ -21,18 +21,14 @@ const EXCERPT_CHARS: usize = 60;
 
 /// Which API and endpoint a gateway path means.
 pub fn api_for_path(path: &str) -> Option<(Api, Option<String>)> {
-    let path = path.trim_end_matches('/');
-    match path {
-        "/v1/chat/completions" => Some((Api::Chat, None)),
-        "/v1/completions" => Some((Api::Completions, None)),
-        "/v1/messages" => Some((Api::Messages, None)),
-        _ => {
-            let rest = path.strip_prefix("/endpoints/")?;
-            let (name, tail) = rest.split_once('/')?;
-            matches!(tail, "invocations" | "invocations-response-stream")
-                .then(|| (Api::Native, Some(name.to_owned())))
-        }
-    }
+    route_for_path(path).map(|(route, ep)| (route.api(), ep))
+}
+
+/// The route of a gateway path whose prompt `explain` can analyse (SageMaker's
+/// container `/invocations` names no endpoint and is not one of them).
+fn route_for_path(path: &str) -> Option<(Route, Option<String>)> {
+    Route::of_path("post", path)
+        .filter(|(route, ep)| route.reads_prompt() && (*route != Route::Native || ep.is_some()))
 }
 
 fn excerpt(window: &[u8]) -> (String, String) {
@@ -53,12 +49,7 @@ pub fn explain(
     body: Bytes,
     tenant: &str,
 ) -> Result<Value, ApiError> {
-    let routed = match path.trim_end_matches('/') {
-        "/v1/responses" => Some((Route::Responses, None)),
-        "/v1/embeddings" => Some((Route::Embeddings, None)),
-        _ => api_for_path(path).map(|(api, ep)| (Route::from_api(api), ep)),
-    };
-    let (route, endpoint) = routed.ok_or_else(|| {
+    let (route, endpoint) = route_for_path(path).ok_or_else(|| {
         ApiError::new(
             ErrorKind::RouteNotFound,
             format!("{path} is not an inference route"),

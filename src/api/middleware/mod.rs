@@ -1,13 +1,11 @@
-//! Request layers, one concern a file. The stack itself is assembled in
-//! [`crate::api::router`], one layer a line.
+//! The layers every request passes before its route's handler, one concern
+//! a file: the front checks (refusals from the connection guard, framing,
+//! undecodable paths) and the error shape of SageMaker's and Anthropic's
+//! routes; the admin token; and the capped body read the pipeline uses.
+//! The stack itself is assembled in [`crate::api::router`], one layer a line.
 
 pub mod admin;
-pub mod admit;
-pub mod auth;
 pub mod body_limit;
-pub mod canonicalise;
-pub mod claim;
-pub mod count;
 pub mod framing;
 pub mod front;
 pub mod path;
