@@ -1,17 +1,43 @@
-//! kvgate: an OpenAI- and SageMaker-compatible gateway that sends each request
-//! to the model server most likely to hold its prompt prefix in KV cache.
+//! kvgate: an OpenAI-, Anthropic- and SageMaker-compatible gateway that
+//! sends each request to the model server most likely to hold its prompt
+//! prefix in KV cache.
+//!
+//! One chat request's way, and the module that handles each step:
 //!
 //! ```text
-//! client ─► conn guard ─► request id ─► trace ─► auth ─► claim ─► canonicalise ─► admit ─► handler ─► policy ─► upstream ─► client
-//!              │                                  │        │          │            │
-//!      framing, timeouts                       Tenant  its slot   RouteInput   quotas, cache salt
+//!  socket ─► server ─────────► api ──────────────────────────────────────────► upstream ─────────► engine
+//!            accept, guard:     front checks, route table (route::PATHS),       forward: plan,
+//!            framing, timeouts  pipeline: auth → claim → analyse → admit,       dispatch, attempt,
+//!                               fair queue (fleet::queue)                       failover, relay
+//!                                              │                                   │
+//!                                  request: bytes → RouteInput            fleet: Endpoint::view → loads,
+//!                                  (endpoint, key, block chain, tokens)   kvgate_routing: policy → plan
+//!  client ◄──────────────────────────────── upstream::respond: streamed body, usage, tenant settled
 //! ```
 //!
-//! The canonicalise layer parses the body once and computes the routing key
-//! `xxh3(tenant ‖ 0 ‖ partition ‖ 0 ‖ window)`; the policy orders instances by
-//! bounded-load consistent hashing; the upstream module claims an in-flight
-//! slot, fails over while nothing has reached the client, and streams the
-//! answer back. Tests and `main` both enter through [`serve`].
+//! Modules, top first; each imports only from those below it (checked by
+//! `scripts/layers.py`, which `.ci/run` runs):
+//!
+//! | module | role |
+//! |---|---|
+//! | [`demo`] | the embedded demo fleet behind `kvgate demo` |
+//! | [`api`] | the HTTP surface: route table, layer stack, the typed inference pipeline, handlers |
+//! | [`server`] | accept loop, connection workers, the connection guard (framing, timeouts) |
+//! | [`upstream`] | one routed request: forward, dispatch, attempt, the answer's relay and usage |
+//! | [`request`] | a request's bytes → the [`request::RouteInput`] a policy sees; `explain` |
+//! | [`fleet`] | runtime state (endpoints, instances, policies), fair queues, and every background job |
+//! | [`kv_events`] | vLLM's KV-cache events over ZeroMQ: what each engine holds |
+//! | [`openai`], [`anthropic`], [`sagemaker`] | each API's wire: bodies, ids, error shapes, event streams |
+//! | [`config`] | the YAML, validated |
+//! | [`tenancy`] | tenants: credentials, quotas, salts, priorities, Redis-shared limits |
+//! | [`error`] | the error every layer answers with, in OpenAI's shape by default |
+//! | [`telemetry`] | Prometheus series and OpenTelemetry traces |
+//! | [`route`] | what an inference route is: template, label, API, upstream path |
+//!
+//! The routing policies, cost model and block indexes are the `kvgate_routing`
+//! crate (pure: no I/O, no clock but the caller's); the offline what-if
+//! (`kvgate simulate`) is `kvgate_simulate`. Tests and `main` both enter
+//! through [`serve`].
 
 pub mod anthropic;
 pub mod api;
@@ -53,19 +79,13 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = api::router(Arc::clone(&state));
-    tokio::spawn(fleet::health::run(Arc::downgrade(&state)));
-    tokio::spawn(fleet::capacity::run(Arc::downgrade(&state)));
-    tokio::spawn(fleet::discovery::run(Arc::downgrade(&state)));
-    tokio::spawn(fleet::queue::engine_poll::run(Arc::downgrade(&state)));
-    tokio::spawn(telemetry::upkeep());
-    // Requests waiting in a fair queue are refused (503) when shutdown
-    // begins; those already forwarded get the grace period.
+    let tasks = fleet::tasks::start(&state);
     let closing = Arc::clone(&state);
     let shutdown = async move {
         shutdown.await;
-        for ep in &closing.runtime.load().endpoints {
-            ep.queue.close();
-        }
+        fleet::tasks::shutting_down(&closing);
     };
-    server::run(listener, app, state, shutdown).await
+    let served = server::run(listener, app, state, shutdown).await;
+    drop(tasks);
+    served
 }

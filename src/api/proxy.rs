@@ -1,5 +1,6 @@
 //! The end of the inference pipeline: an admitted request waits for room in
-//! its endpoint's fair queue, is forwarded, and its outcome is logged.
+//! its endpoint's fair queue ([`wait_for_room`]), is forwarded, and its
+//! outcome is logged ([`forward_logged`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,7 +9,6 @@ use axum::body::Body;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 
-use super::pipeline::Admitted;
 use crate::fleet::Runtime;
 use crate::request::RouteInput;
 use crate::route::Route;
@@ -35,52 +35,11 @@ impl Wire {
     }
 }
 
-/// Send an admitted request: wait for room in the endpoint's fair queue
-/// where it has one, then forward it.
-pub async fn send(runtime: &Runtime, admitted: Admitted, wire: Wire) -> Response {
-    let Admitted {
-        tenant,
-        parts,
-        input,
-        upload,
-        rate_headers,
-    } = admitted;
-    let path = match parts.uri.query() {
-        Some(q) => format!("{}?{q}", input.route.upstream_path()),
-        None => input.route.upstream_path().to_owned(),
-    };
-    let headers = &parts.headers;
-    // Held until the request has its instance's slot: see `fleet::queue`.
-    let reservation = match wait_for_room(runtime, &input, headers, &tenant.id).await {
-        Ok(r) => r,
-        Err(e) => {
-            // Refused before any engine saw it: no tokens to charge.
-            if let Some(a) = &input.admission {
-                a.settle(Some(0), 0);
-            }
-            return e.into_response();
-        }
-    };
-    let until_claimed = reservation.map(|r| Box::new(r) as Box<dyn std::fmt::Debug + Send + Sync>);
-    let mut resp = forward_logged(
-        runtime,
-        input,
-        (&path, axum::http::Method::POST),
-        (headers, until_claimed),
-        upload,
-        &tenant.id,
-        wire,
-    )
-    .await;
-    resp.headers_mut().extend(rate_headers);
-    resp
-}
-
 /// When the endpoint queues (`queue.enabled`) and every instance is
 /// saturated, wait in its fair queue; generation routes only (the others
 /// are cheap and pass). The tenant's output tokens are counted as its
 /// service when the response ends.
-async fn wait_for_room(
+pub(super) async fn wait_for_room(
     runtime: &Runtime,
     input: &RouteInput,
     headers: &HeaderMap,

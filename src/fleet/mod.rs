@@ -14,6 +14,7 @@ pub mod queue;
 mod recent_work;
 pub mod reload;
 mod state;
+pub mod tasks;
 pub mod warmup;
 
 pub use instance::{InflightGuard, Instance};

@@ -2,7 +2,7 @@
 //! forwarded, in order, in one handler and on one runtime snapshot.
 //!
 //! ```text
-//! Request ─auth─► Caller ─claim─► Claimed ─analyse─► Analysed ─admit─► Admitted ─► proxy::send
+//! Request ─auth─► Caller ─claim─► Claimed ─analyse─► Analysed ─admit─► Admitted ─► send
 //!             (401, 403)      (429: slot)     (4xx: body, key)    (403, 429, salt)
 //! ```
 //!
@@ -94,7 +94,7 @@ pub async fn infer(
     let mut counted = count::Counted::begin(&runtime, route, &params);
     let wire = Wire::of_template(template);
     let response = match steps(&runtime, route, template, &params, request, &mut counted).await {
-        Ok(admitted) => proxy::send(&runtime, admitted, wire).await,
+        Ok(admitted) => send(&runtime, admitted, wire).await,
         Err(e) => e.into_response(),
     };
     counted.answered(response.status());
@@ -114,4 +114,45 @@ async fn steps(
     let analysed = analyse::analyse(runtime, claimed, route, template, params).await?;
     counted.endpoint(analysed.input.endpoint.name());
     admit::admit(runtime, analysed).await
+}
+
+/// Send an admitted request: wait for room in the endpoint's fair queue
+/// where it has one, then forward it.
+async fn send(runtime: &Runtime, admitted: Admitted, wire: Wire) -> Response {
+    let Admitted {
+        tenant,
+        parts,
+        input,
+        upload,
+        rate_headers,
+    } = admitted;
+    let path = match parts.uri.query() {
+        Some(q) => format!("{}?{q}", input.route.upstream_path()),
+        None => input.route.upstream_path().to_owned(),
+    };
+    let headers = &parts.headers;
+    // Held until the request has its instance's slot: see `fleet::queue`.
+    let reservation = match proxy::wait_for_room(runtime, &input, headers, &tenant.id).await {
+        Ok(r) => r,
+        Err(e) => {
+            // Refused before any engine saw it: no tokens to charge.
+            if let Some(a) = &input.admission {
+                a.settle(Some(0), 0);
+            }
+            return e.into_response();
+        }
+    };
+    let until_claimed = reservation.map(|r| Box::new(r) as Box<dyn std::fmt::Debug + Send + Sync>);
+    let mut resp = proxy::forward_logged(
+        runtime,
+        input,
+        (&path, axum::http::Method::POST),
+        (headers, until_claimed),
+        upload,
+        &tenant.id,
+        wire,
+    )
+    .await;
+    resp.headers_mut().extend(rate_headers);
+    resp
 }
