@@ -50,7 +50,12 @@ pub(super) async fn wait_for_room(
         return Ok(None);
     }
     let limits = runtime.tenancy.limits(tenant);
-    let priority = crate::tenancy::priority::asked(headers, &queue.priority_header, limits)?;
+    let priority = crate::tenancy::priority::asked(
+        headers,
+        &queue.priority_header,
+        limits.priority,
+        limits.priority_header,
+    )?;
     let ep = &input.endpoint;
     let reservation = ep
         .queue

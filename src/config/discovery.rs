@@ -6,41 +6,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde::Deserialize;
-
+use super::raw::{RawDiscovery, RawKubernetes, RawPort};
 use super::{ConfigError, InstanceConfig, RoutingConfig};
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawDiscovery {
-    /// `host:port`: every A/AAAA record of `host` is an instance on `port`.
-    pub dns: Option<String>,
-    /// A resolver to ask instead of the system's (`/etc/resolv.conf`).
-    pub dns_server: Option<String>,
-    pub interval_ms: Option<u64>,
-    /// `http` (default) or `https`.
-    pub scheme: Option<String>,
-    /// A Service's EndpointSlices, watched.
-    pub kubernetes: Option<RawKubernetes>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawKubernetes {
-    pub namespace: Option<String>,
-    pub service: Option<String>,
-    /// The engine's port: a number, or the name of one of the slice's ports.
-    pub port: Option<RawPort>,
-    /// The API server; default: in-cluster (service account), else kubeconfig.
-    pub api_server: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum RawPort {
-    Number(u16),
-    Name(String),
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiscoveryConfig {

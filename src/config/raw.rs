@@ -12,11 +12,11 @@ pub struct RawConfig {
     pub server: RawServer,
     pub endpoints: Vec<RawEndpoint>,
     #[serde(default)]
-    pub auth: crate::tenancy::settings::RawAuth,
+    pub auth: crate::tenancy::raw::RawAuth,
     #[serde(default)]
-    pub tenants: crate::tenancy::settings::RawTenants,
+    pub tenants: crate::tenancy::raw::RawTenants,
     #[serde(default)]
-    pub isolation: crate::tenancy::settings::RawIsolation,
+    pub isolation: crate::tenancy::raw::RawIsolation,
     #[serde(default)]
     pub admin: crate::tenancy::admin::RawAdmin,
     #[serde(default)]
@@ -61,12 +61,12 @@ pub struct RawEndpoint {
     pub models: Vec<String>,
     #[serde(default)]
     pub instances: Vec<RawInstance>,
-    pub discovery: Option<super::discovery::RawDiscovery>,
+    pub discovery: Option<RawDiscovery>,
     #[serde(default)]
     pub routing: RawRouting,
     pub health: Option<RawHealth>,
     /// Sent upstream as `Authorization: Bearer …` (e.g. vLLM's `--api-key`).
-    pub upstream_api_key: Option<crate::tenancy::settings::Secret>,
+    pub upstream_api_key: Option<crate::tenancy::secret::Secret>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -91,6 +91,39 @@ pub struct RawInstance {
     pub kv_events: Option<String>,
     /// Its replay socket, e.g. `tcp://10.0.0.11:5558`.
     pub kv_replay: Option<String>,
+}
+
+/// `endpoints[].discovery`, validated in `discovery.rs`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDiscovery {
+    /// `host:port`: every A/AAAA record of `host` is an instance on `port`.
+    pub dns: Option<String>,
+    /// A resolver to ask instead of the system's (`/etc/resolv.conf`).
+    pub dns_server: Option<String>,
+    pub interval_ms: Option<u64>,
+    /// `http` (default) or `https`.
+    pub scheme: Option<String>,
+    /// A Service's EndpointSlices, watched.
+    pub kubernetes: Option<RawKubernetes>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKubernetes {
+    pub namespace: Option<String>,
+    pub service: Option<String>,
+    /// The engine's port: a number, or the name of one of the slice's ports.
+    pub port: Option<RawPort>,
+    /// The API server; default: in-cluster (service account), else kubeconfig.
+    pub api_server: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawPort {
+    Number(u16),
+    Name(String),
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::settings::Secret;
+use super::secret::Secret;
 use crate::error::{ApiError, ConfigError, ErrorKind};
 
 /// Shortest admin token accepted: 32 bytes, as for the other secrets.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use super::is_valid_tenant_id;
-use super::settings::RawApiKey;
+use super::raw::RawApiKey;
 use crate::error::ConfigError;
 
 /// Digest → tenant.

@@ -1,6 +1,7 @@
 //! `auth.mode` — one mode or a list (`[jwt, sigv4]`) — validated with the
-//! sections it needs: at most one bearer scheme (`api_key` or `jwt`), SigV4
-//! beside it or alone, `none` only alone. Part of [`super::settings`].
+//! sections it needs into [`AuthConfig`] and the SigV4 verifier: at most one
+//! bearer scheme (`api_key` or `jwt`), SigV4 beside it or alone, `none` only
+//! alone. [`super::settings`] validates the rest of the tenancy sections.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -8,9 +9,18 @@ use std::sync::Arc;
 use super::api_key::ApiKeys;
 use super::is_valid_tenant_id;
 use super::jwt::JwtVerifier;
-use super::settings::{AuthConfig, RawAuth, RawModes, RawSigv4};
+use super::raw::{RawAuth, RawModes, RawSigv4};
 use crate::error::ConfigError;
 use crate::tenancy::sigv4::{Credential, Sigv4Verifier};
+
+/// How a bearer credential (`Authorization: Bearer …`) names its tenant.
+#[derive(Debug, Clone)]
+pub enum AuthConfig {
+    /// Everyone is the anonymous tenant.
+    None,
+    ApiKeys(Arc<ApiKeys>),
+    Jwt(Arc<JwtVerifier>),
+}
 
 /// `auth.mode` (one mode or a list) and the sections it needs.
 pub(super) fn validate(

@@ -4,12 +4,14 @@
 //! [`MIN_REFETCH`]. A failed fetch keeps the last good set. There is one
 //! fetcher per (URL, key family, interval) in the process, so a config
 //! reload keeps the keys already fetched instead of starting empty.
+//! [`key_set`] reads a JWKS document, fetched here or from `jwks_file`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use jsonwebtoken::jwk::{JwkSet, PublicKeyUse};
 use jsonwebtoken::{AlgorithmFamily, DecodingKey};
 
 /// Tokens with unknown key ids must not turn into a fetch each.
@@ -154,7 +156,30 @@ async fn fetch(
         return Err(format!("status {}", resp.status()));
     }
     let text = resp.text().await.map_err(|e| e.to_string())?;
-    super::jwt::key_set(&text, family)
+    key_set(&text, family)
+}
+
+/// Signing keys of the configured family; encryption keys and keys of other
+/// types are skipped, as identity providers publish those side by side.
+pub(super) fn key_set(text: &str, family: AlgorithmFamily) -> Result<KeySet, String> {
+    let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
+    let mut keys = Vec::new();
+    for jwk in &set.keys {
+        if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption))
+            || !jwk.is_supported()
+        {
+            continue;
+        }
+        let key =
+            DecodingKey::from_jwk(jwk).map_err(|e| format!("key {:?}: {e}", jwk.common.key_id))?;
+        if key.family() == family {
+            keys.push((jwk.common.key_id.clone(), key));
+        }
+    }
+    if keys.is_empty() {
+        return Err("no signing key of the configured algorithm family".into());
+    }
+    Ok(keys)
 }
 
 fn kids(keys: &KeySet) -> Vec<Option<&str>> {

@@ -11,13 +11,12 @@
 
 use std::sync::Arc;
 
-use jsonwebtoken::jwk::{JwkSet, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, errors::ErrorKind as JwtError};
 use serde_json::{Map, Value};
 
 use super::is_valid_tenant_id;
-use super::jwks_url::RemoteJwks;
-use super::settings::RawJwt;
+use super::jwks_url::{RemoteJwks, key_set};
+use super::raw::RawJwt;
 use crate::error::ConfigError;
 
 /// HMAC secrets shorter than the hash (RFC 7518 §3.2) are brute-forceable.
@@ -245,32 +244,6 @@ fn pem_key(
         F::Ed => DecodingKey::from_ed_pem(pem),
         F::Hmac => Err(JwtError::InvalidKeyFormat.into()),
     }
-}
-
-/// Signing keys of the configured family; encryption keys and keys of other
-/// types are skipped, as identity providers publish those side by side.
-pub(super) fn key_set(
-    text: &str,
-    family: jsonwebtoken::AlgorithmFamily,
-) -> Result<Vec<(Option<String>, DecodingKey)>, String> {
-    let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
-    let mut keys = Vec::new();
-    for jwk in &set.keys {
-        if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption))
-            || !jwk.is_supported()
-        {
-            continue;
-        }
-        let key =
-            DecodingKey::from_jwk(jwk).map_err(|e| format!("key {:?}: {e}", jwk.common.key_id))?;
-        if key.family() == family {
-            keys.push((jwk.common.key_id.clone(), key));
-        }
-    }
-    if keys.is_empty() {
-        return Err("no signing key of the configured algorithm family".into());
-    }
-    Ok(keys)
 }
 
 /// What the client is told. Specific enough to fix a client, never echoing

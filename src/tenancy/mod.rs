@@ -17,7 +17,9 @@ pub mod jwks_url;
 pub mod jwt;
 pub mod priority;
 pub mod quota;
+pub mod raw;
 pub mod salt;
+pub mod secret;
 pub mod settings;
 pub mod sigv4;
 

@@ -31,19 +31,20 @@ impl Priority {
     }
 }
 
-/// The priority a request runs at: its tenant's, or what it asks for with
-/// `header` — only when its tenant may (`priority_header: true`), and never
-/// above its tenant's own (403).
+/// The priority a request runs at: its tenant's (`own`), or what it asks for
+/// with `header` — only when its tenant may (`may_ask`, the tenant's
+/// `priority_header: true`), and never above its tenant's own (403).
 pub fn asked(
     headers: &axum::http::HeaderMap,
     header: &axum::http::HeaderName,
-    limits: &super::settings::Limits,
+    own: Priority,
+    may_ask: bool,
 ) -> Result<Priority, crate::error::ApiError> {
     use crate::error::{ApiError, ErrorKind};
     let Some(value) = headers.get(header) else {
-        return Ok(limits.priority);
+        return Ok(own);
     };
-    if !limits.priority_header {
+    if !may_ask {
         return Err(ApiError::new(
             ErrorKind::Forbidden,
             format!("this tenant may not set {header}"),
@@ -61,13 +62,13 @@ pub fn asked(
             )
             .with_param(header.as_str())
         })?;
-    if asked > limits.priority {
+    if asked > own {
         return Err(ApiError::new(
             ErrorKind::Forbidden,
             format!(
                 "{header}: {} is above this tenant's priority, {}",
                 asked.name(),
-                limits.priority.name()
+                own.name()
             ),
         )
         .with_param(header.as_str()));

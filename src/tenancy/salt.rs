@@ -15,7 +15,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use hmac::{KeyInit, Mac};
 use serde_json::Value;
 
-use super::settings::Secret;
+use super::secret::Secret;
 use crate::error::{ApiError, ErrorKind};
 
 /// Domain separation: the salt key may be reused for other derivations later.

@@ -1,199 +1,23 @@
 //! The `auth`, `tenants` and `isolation` sections, and `endpoints[].upstream_api_key`:
-//! raw serde structs and their validation into [`TenancyConfig`]. Tenancy owns
-//! its section of the config: `config` calls in here, never the other way.
-//!
-//! ```yaml
-//! auth:
-//!   mode: jwt                  # none (default) | api_key | jwt | sigv4, or a list: [jwt, sigv4]
-//!   jwt: { algorithms: [RS256], jwks_file: /etc/kvgate/jwks.json,
-//!          issuer: https://auth.example.com, audience: kvgate, tenant_claim: tenant }
-//!   api_keys: [{ tenant: acme, sha256: <64 hex digits> }]
-//!   sigv4: { region: us-east-1, max_unverified_uploads: 64,
-//!            credentials: [{ tenant: acme, access_key_id: AKIA…, secret_access_key: … }] }
-//! tenants:
-//!   default:   { max_concurrency: 64, requests_per_minute: 600, tokens_per_minute: 200000 }
-//!   overrides: { acme: { max_concurrency: 2, models: [meta-llama/Llama-3.1-8B-Instruct] } }
-//! isolation: { upstream_cache_salt: true, salt_secret: <random, 16+ bytes> }
-//! ```
+//! their raw serde structs ([`super::raw`]) validated into [`TenancyConfig`].
+//! Tenancy owns its section of the config: `config` calls in here, never the
+//! other way.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 
 use axum::http::HeaderValue;
-use serde::Deserialize;
 
-use super::api_key::ApiKeys;
 use super::is_valid_tenant_id;
-use super::jwt::JwtVerifier;
+use super::priority::Priority;
+use super::raw::{RawAuth, RawIsolation, RawLimits, RawTenants};
 use crate::error::ConfigError;
 use crate::tenancy::sigv4::Sigv4Verifier;
 
-/// A configured secret, kept out of `Debug` output and so out of logs.
-///
-/// In YAML it is either the value itself or where to find it, read when the
-/// config is loaded (and so again on every reload):
-/// `{ env: KVGATE_JWT_SECRET }` (an environment variable) or
-/// `{ file: /var/run/secrets/kvgate/jwt }` (a file, such as a mounted
-/// Kubernetes Secret; one trailing newline is dropped).
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "SecretSource")]
-pub struct Secret(String);
-
-/// Where a [`Secret`] comes from, as written in the config.
-#[derive(Deserialize)]
-#[serde(
-    untagged,
-    expecting = "a secret: a string, { env: NAME } or { file: PATH }"
-)]
-enum SecretSource {
-    Inline(String),
-    From(SecretRef),
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "lowercase")]
-enum SecretRef {
-    Env(String),
-    File(std::path::PathBuf),
-}
-
-impl TryFrom<SecretSource> for Secret {
-    type Error = String;
-
-    fn try_from(source: SecretSource) -> Result<Self, String> {
-        let value = match source {
-            SecretSource::Inline(s) => return Ok(Secret(s)),
-            SecretSource::From(SecretRef::Env(name)) => std::env::var(&name).map_err(|_| {
-                format!("secret from environment variable {name}: not set (or not UTF-8)")
-            })?,
-            SecretSource::From(SecretRef::File(path)) => {
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| format!("secret from file {}: {e}", path.display()))?;
-                let text = text.strip_suffix('\n').unwrap_or(&text);
-                text.strip_suffix('\r').unwrap_or(text).to_owned()
-            }
-        };
-        if value.is_empty() {
-            return Err("secret from the environment or a file is empty".to_owned());
-        }
-        Ok(Secret(value))
-    }
-}
-
-impl Secret {
-    pub fn new(s: impl Into<String>) -> Self {
-        Self(s.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(..)")
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawAuth {
-    pub mode: Option<RawModes>,
-    pub jwt: Option<RawJwt>,
-    #[serde(default)]
-    pub api_keys: Vec<RawApiKey>,
-    pub sigv4: Option<RawSigv4>,
-}
-
-/// `mode: jwt` or `mode: [jwt, sigv4]`: a request may use any listed mode.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum RawModes {
-    One(String),
-    Many(Vec<String>),
-}
-
-/// `auth.sigv4`: AWS SigV4-signed callers (boto3's `sagemaker-runtime`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawSigv4 {
-    pub region: Option<String>,
-    #[serde(default)]
-    pub credentials: Vec<RawSigv4Credential>,
-    /// Signed uploads whose body is still being read (and so not yet
-    /// verified), all tenants together; default 64.
-    pub max_unverified_uploads: Option<u64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawSigv4Credential {
-    pub tenant: String,
-    pub access_key_id: String,
-    pub secret_access_key: Secret,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawJwt {
-    #[serde(default)]
-    pub algorithms: Vec<String>,
-    pub secret: Option<Secret>,
-    pub public_key_pem: Option<String>,
-    pub public_key_file: Option<String>,
-    pub jwks_file: Option<String>,
-    /// An OIDC provider's `jwks_uri`, fetched and refreshed.
-    pub jwks_url: Option<String>,
-    /// Seconds between refetches of `jwks_url`; default 300.
-    pub jwks_refresh_s: Option<u64>,
-    pub issuer: Option<String>,
-    pub audience: Option<String>,
-    pub tenant_claim: Option<String>,
-    /// Clock skew allowed on `exp` and `nbf`; default 30, at most 300.
-    pub leeway_seconds: Option<u64>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawApiKey {
-    pub tenant: String,
-    /// `printf %s "$KEY" | sha256sum`: 64 hex digits.
-    pub sha256: String,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawTenants {
-    pub default: Option<RawLimits>,
-    #[serde(default)]
-    pub overrides: BTreeMap<String, RawLimits>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawLimits {
-    pub max_concurrency: Option<u64>,
-    pub requests_per_minute: Option<u64>,
-    pub tokens_per_minute: Option<u64>,
-    pub models: Option<Vec<String>>,
-    /// Priority class when the queue orders waiting requests (`high`,
-    /// `normal`, `low`); also the most `queue.priority_header` may ask for.
-    pub priority: Option<String>,
-    /// Share of the fleet under contention, relative to other tenants' (VTC).
-    pub weight: Option<f64>,
-    /// Whether requests may set their priority with `queue.priority_header`.
-    pub priority_header: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawIsolation {
-    /// Default: on whenever `auth.mode` is not `none`.
-    pub upstream_cache_salt: Option<bool>,
-    pub salt_secret: Option<Secret>,
-}
+// Named here by `config`, `openai` and the rest of tenancy.
+pub use super::auth_mode::AuthConfig;
+pub use super::secret::Secret;
 
 /// Validated tenancy settings.
 #[derive(Debug, Clone)]
@@ -218,14 +42,6 @@ impl Default for TenancyConfig {
     }
 }
 
-#[derive(Debug, Clone)]
-pub enum AuthConfig {
-    /// Everyone is the anonymous tenant.
-    None,
-    ApiKeys(Arc<ApiKeys>),
-    Jwt(Arc<JwtVerifier>),
-}
-
 /// One tenant's limits; `None` is unlimited (or, for `models`, all models).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
@@ -234,7 +50,7 @@ pub struct Limits {
     pub tokens_per_minute: Option<NonZeroU64>,
     pub models: Option<Arc<HashSet<String>>>,
     /// Its priority class in the queue, and the ceiling of what it may ask for.
-    pub priority: super::priority::Priority,
+    pub priority: Priority,
     /// Its fair share's weight (positive; 1 by default).
     pub weight: f64,
     pub priority_header: bool,
@@ -247,7 +63,7 @@ impl Default for Limits {
             requests_per_minute: None,
             tokens_per_minute: None,
             models: None,
-            priority: super::priority::Priority::default(),
+            priority: Priority::default(),
             weight: 1.0,
             priority_header: false,
         }
@@ -366,8 +182,8 @@ fn limits(at: &str, raw: &RawLimits, served: &HashSet<&str>) -> Result<Limits, C
         }
     };
     let priority = match &raw.priority {
-        None => super::priority::Priority::default(),
-        Some(name) => super::priority::Priority::parse(name).ok_or_else(|| {
+        None => Priority::default(),
+        Some(name) => Priority::parse(name).ok_or_else(|| {
             ConfigError::new(
                 format!("{at}.priority"),
                 format!("{name:?} is not a priority: high, normal or low"),

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
-use crate::tenancy::settings::Secret;
+use crate::tenancy::secret::Secret;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
