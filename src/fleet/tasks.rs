@@ -15,7 +15,9 @@ use super::AppState;
 
 /// The running jobs; dropping this stops them all.
 #[derive(Debug)]
-pub struct Tasks(JoinSet<()>);
+pub struct Tasks {
+    _jobs: JoinSet<()>,
+}
 
 /// Start the jobs of a gateway serving `state`. They hold it weakly and also
 /// end on their own once nothing else holds it.
@@ -26,7 +28,7 @@ pub fn start(state: &Arc<AppState>) -> Tasks {
     set.spawn(super::discovery::run(Arc::downgrade(state)));
     set.spawn(super::queue::engine_poll::run(Arc::downgrade(state)));
     set.spawn(crate::telemetry::upkeep());
-    Tasks(set)
+    Tasks { _jobs: set }
 }
 
 /// Shutdown has begun: requests waiting in a fair queue are refused (503);

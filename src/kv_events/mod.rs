@@ -3,7 +3,7 @@
 //!
 //! [`wire`] decodes vLLM's messages, [`feed::Feed`] holds one publisher's
 //! index and trust, [`subscriber`] is the task that keeps it current. The
-//! index itself is pure (`routing::held`).
+//! index itself is pure (`kvgate_routing::held`).
 
 pub mod feed;
 pub mod subscriber;

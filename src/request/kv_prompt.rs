@@ -5,13 +5,12 @@
 use kvgate_prefix::Api;
 use serde_json::Value;
 
-use crate::fleet::Runtime;
 use kvgate_routing::held::Scope;
 
 /// A prompt as the engine will see it: what `kv_aware` looks up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvPrompt {
-    /// Keys of its full engine blocks (`routing::held::token_keys`).
+    /// Keys of its full engine blocks (`kvgate_routing::held::token_keys`).
     pub keys: std::sync::Arc<[u64]>,
     /// Tokens the tokenizer produced (at most the blocks the index can match).
     pub tokens: usize,
@@ -21,19 +20,6 @@ pub struct KvPrompt {
     /// partition), when not the default: how an event that does not say whose
     /// its first block is gets attributed to this request's tenant and partition.
     pub scoped_root: Option<(u64, Scope)>,
-}
-
-/// The `cache_salt` the engine will see: the tenant's when isolation salting
-/// is on (the admission layer sets it), else the client's own.
-pub fn engine_salt(runtime: &Runtime, body: &Value, tenant: &str) -> Option<String> {
-    match &runtime.config.tenancy.salt_secret {
-        Some(secret) => Some(crate::tenancy::salt::for_tenant(secret, tenant)),
-        None => body
-            .get("cache_salt")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned),
-    }
 }
 
 /// Tokenize as the engine will, as far as the index can match: `max_tokens`,

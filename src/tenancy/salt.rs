@@ -38,7 +38,7 @@ fn is_ws(b: u8) -> bool {
 }
 
 /// The body with its top-level `cache_salt` set to `salt`. `body` is a JSON
-/// object already validated by the canonicalise layer; `has_salt` says
+/// object already validated by the pipeline's analysis step; `has_salt` says
 /// whether it carries a `cache_salt` member of its own.
 pub fn apply(body: &Bytes, salt: &str, has_salt: bool) -> Result<Bytes, ApiError> {
     if has_salt {

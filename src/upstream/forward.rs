@@ -43,7 +43,7 @@ pub struct Forward<'a> {
     /// so such a request gets one attempt.
     pub upload: Option<Body>,
     /// Dropped once the request holds an instance's slot: the room a fair
-    /// queue promised it (`queue::Reservation`), so that it is not counted
+    /// queue promised it (`fleet::queue::Reservation`), so that it is not counted
     /// twice while the request runs.
     pub until_claimed: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
 }

@@ -1,7 +1,7 @@
 //! Pure routing-key machinery for kvgate: strict JSON parsing, RFC 8785 canonical
 //! JSON, the prompt-prefix window of each API, and the 64-bit routing key.
 //!
-//! The gateway's canonicalise layer runs, per request:
+//! The gateway's analysis step runs, per request:
 //!
 //! ```text
 //! bytes ─parse_strict─► Value ─{chat,messages,completions,native}_window─► window ─routing_key─► u64

@@ -3,7 +3,7 @@
 //! layer each (each `from_fn` layer boxes the rest of the stack per request).
 //!
 //! In order: what the connection guard refused before hyper saw it
-//! (`conn::render`), framing that could smuggle a request
+//! (`server::conn::render`), framing that could smuggle a request
 //! ([`super::framing`]), a path the route extractors cannot decode
 //! ([`super::path`]); then the request goes on. On SageMaker's routes every
 //! error, whichever of these or of the layers below raised it, is re-rendered

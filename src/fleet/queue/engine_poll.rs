@@ -1,5 +1,5 @@
 //! Reading each instance's load from its engine (`/metrics`, see
-//! `upstream::engine_load`) every `queue.engine_poll_ms` while queueing is
+//! `fleet::engine_load`) every `queue.engine_poll_ms` while queueing is
 //! on, and releasing waiting requests when an engine has room again.
 //! Never on the request path.
 
