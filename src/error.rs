@@ -159,6 +159,20 @@ impl ApiError {
         }
     }
 
+    /// A 400 about one field of the request.
+    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidRequest, message).with_param(param)
+    }
+
+    /// A 404 for a model no endpoint serves, in OpenAI's words.
+    pub fn model_not_found(model: &str) -> Self {
+        Self::new(
+            ErrorKind::ModelNotFound,
+            format!("The model `{model}` does not exist or you do not have access to it."),
+        )
+        .with_param("model")
+    }
+
     pub fn with_param(mut self, param: impl Into<String>) -> Self {
         self.param = Some(param.into());
         self

@@ -3,25 +3,24 @@
 
 use serde_json::{Map, Value};
 
-use crate::error::{ApiError, ErrorKind};
+use crate::error::ApiError;
 
 /// Longest session hint kept; Anthropic caps `metadata.user_id` at 256.
 pub const MAX_SESSION_CHARS: usize = 256;
-
-fn invalid(param: &str, message: &str) -> ApiError {
-    ApiError::new(ErrorKind::InvalidRequest, message).with_param(param)
-}
 
 /// `max_tokens`: required on `/v1/messages` (not on `count_tokens`), a
 /// positive integer, as Anthropic's API and vLLM's both insist.
 pub fn check_max_tokens(body: &Map<String, Value>) -> Result<(), ApiError> {
     match body.get("max_tokens") {
         Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => Ok(()),
-        Some(_) => Err(invalid(
+        Some(_) => Err(ApiError::invalid(
             "max_tokens",
             "max_tokens: expected an integer of at least 1",
         )),
-        None => Err(invalid("max_tokens", "max_tokens: Field required")),
+        None => Err(ApiError::invalid(
+            "max_tokens",
+            "max_tokens: Field required",
+        )),
     }
 }
 
@@ -34,7 +33,12 @@ pub fn session(body: &Map<String, Value>) -> Result<Option<String>, ApiError> {
     let metadata = match body.get("metadata") {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Object(m)) => m,
-        Some(_) => return Err(invalid("metadata", "metadata: expected an object")),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "metadata",
+                "metadata: expected an object",
+            ));
+        }
     };
     match metadata.get("user_id") {
         None | Some(Value::Null) => Ok(None),
@@ -43,7 +47,7 @@ pub fn session(body: &Map<String, Value>) -> Result<Option<String>, ApiError> {
         {
             Ok((!s.is_empty()).then(|| s.clone()))
         }
-        Some(_) => Err(invalid(
+        Some(_) => Err(ApiError::invalid(
             "metadata.user_id",
             "metadata.user_id: expected a string of at most 256 characters without control characters",
         )),

@@ -99,12 +99,7 @@ pub async fn model(
             Json(json!({"id": m, "object": "model", "created": 0, "owned_by": endpoint}))
                 .into_response()
         }
-        None => crate::error::ApiError::new(
-            crate::error::ErrorKind::ModelNotFound,
-            format!("The model `{id}` does not exist or you do not have access to it."),
-        )
-        .with_param("model")
-        .into_response(),
+        None => crate::error::ApiError::model_not_found(&id).into_response(),
     }
 }
 

@@ -49,10 +49,6 @@ impl Stream for Tee {
     }
 }
 
-fn invalid(param: &str, message: impl Into<String>) -> ApiError {
-    ApiError::new(ErrorKind::InvalidRequest, message).with_param(param)
-}
-
 /// The form's `model`, and the whole body to forward. Refuses a body that is
 /// not `multipart/form-data` (415), has no `model` field (400), or passes
 /// `limit` bytes (413) or `timeout` before the field.
@@ -83,7 +79,12 @@ pub async fn model_of(
                 ));
             }
             Some(_) => {}
-            None => return Err(invalid("content-length", "invalid content-length header")),
+            None => {
+                return Err(ApiError::invalid(
+                    "content-length",
+                    "invalid content-length header",
+                ));
+            }
         }
     }
     let rest: Chunks = Box::pin(
@@ -105,7 +106,7 @@ pub async fn model_of(
                 return field.text().await.map_err(form_error);
             }
         }
-        Err(invalid("model", "the form has no `model` field"))
+        Err(ApiError::invalid("model", "the form has no `model` field"))
     };
     let model = tokio::time::timeout(timeout, scan).await.map_err(|_| {
         ApiError::new(
@@ -141,7 +142,7 @@ fn form_error(e: multer::Error) -> ApiError {
         }
         cause = c.source();
     }
-    invalid("body", format!("malformed multipart form: {e}"))
+    ApiError::invalid("body", format!("malformed multipart form: {e}"))
 }
 
 #[cfg(test)]

@@ -75,23 +75,19 @@ fn openai_like(
 ) -> Result<Fields, ApiError> {
     let obj = value
         .as_object()
-        .ok_or_else(|| invalid("body", "the request body must be a JSON object"))?;
+        .ok_or_else(|| ApiError::invalid("body", "the request body must be a JSON object"))?;
     let model = match obj.get("model") {
         Some(Value::String(m)) => m.clone(),
-        Some(_) => return Err(invalid("model", "`model` must be a string")),
-        None => return Err(invalid("model", "`model` is required")),
+        Some(_) => return Err(ApiError::invalid("model", "`model` must be a string")),
+        None => return Err(ApiError::invalid("model", "`model` is required")),
     };
-    let ep = runtime.endpoint_for_model(&model).ok_or_else(|| {
-        ApiError::new(
-            ErrorKind::ModelNotFound,
-            format!("the model `{model}` does not exist or you do not have access to it"),
-        )
-        .with_param("model")
-    })?;
+    let ep = runtime
+        .endpoint_for_model(&model)
+        .ok_or_else(|| ApiError::model_not_found(&model))?;
     let stream = match obj.get("stream") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(invalid("stream", "`stream` must be a boolean")),
+        Some(_) => return Err(ApiError::invalid("stream", "`stream` must be a boolean")),
     };
     if route == Route::Messages {
         crate::anthropic::request::check_max_tokens(obj)?;
@@ -107,7 +103,7 @@ fn openai_like(
         // field boundaries; no legitimate user or session id has them.
         Some(Value::String(s)) if !s.chars().any(char::is_control) => Some(s.clone()),
         Some(_) => {
-            return Err(invalid(
+            return Err(ApiError::invalid(
                 "prompt_cache_key",
                 "`prompt_cache_key` must be a string without control characters",
             ));
@@ -154,20 +150,16 @@ pub fn header_partition(headers: &HeaderMap) -> Result<Option<String>, ApiError>
     };
     if all.next().is_some() {
         // "First one wins" would route by one and forward both.
-        return Err(invalid(
+        return Err(ApiError::invalid(
             PREFIX_AWARE_ID_HEADER,
             "X-Amzn-SageMaker-Prefix-Aware-Id must be sent once",
         ));
     }
     let s = v.to_str().ok().filter(|s| kvgate_prefix::is_valid_partition_id(s)).ok_or_else(|| {
-        invalid(
+        ApiError::invalid(
             PREFIX_AWARE_ID_HEADER,
             "X-Amzn-SageMaker-Prefix-Aware-Id must be 1-64 printable characters, the first not a space",
         )
     })?;
     Ok(Some(s.to_owned()))
-}
-
-pub fn invalid(param: &str, message: impl Into<String>) -> ApiError {
-    ApiError::new(ErrorKind::InvalidRequest, message).with_param(param)
 }

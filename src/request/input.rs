@@ -17,12 +17,12 @@ use crate::route::{Placement, Route};
 /// The prompt a route's body is windowed by, in the shape its [`kvgate_prefix::Api`] reads.
 pub fn prompt_of(route: Route, value: &Value) -> Result<std::borrow::Cow<'_, Value>, ApiError> {
     use std::borrow::Cow;
-    let shape = |e: crate::openai::responses::Shape| invalid(&e.param, e.message);
+    let shape = |e: crate::openai::responses::Shape| ApiError::invalid(&e.param, e.message);
     Ok(match route {
         Route::Responses => Cow::Owned(crate::openai::responses::as_chat(value).map_err(shape)?),
         // vLLM's chat-style embeddings carry `messages`, windowed as completions' prompt.
         Route::Embeddings if value.get("messages").is_some() => Cow::Owned(
-            serde_json::json!({"prompt": kvgate_prefix::chat_window(value, usize::MAX).map_err(|e| invalid(&e.param, e.message))?}),
+            serde_json::json!({"prompt": kvgate_prefix::chat_window(value, usize::MAX).map_err(|e| ApiError::invalid(&e.param, e.message))?}),
         ),
         Route::Embeddings => {
             Cow::Owned(crate::openai::responses::embeddings_prompt(value).map_err(shape)?)
@@ -31,21 +31,13 @@ pub fn prompt_of(route: Route, value: &Value) -> Result<std::borrow::Cow<'_, Val
     })
 }
 
-fn invalid(param: &str, message: impl Into<String>) -> ApiError {
-    ApiError::new(ErrorKind::InvalidRequest, message).with_param(param)
-}
-
 /// The input of a streamed upload, routed by its form's `model` alone. Its
 /// tokens are not estimated from its size (audio is not text): the tenant is
 /// charged what the upstream reports, if it reports usage.
 pub fn upload(runtime: &Runtime, route: Route, model: String) -> Result<RouteInput, ApiError> {
-    let endpoint = runtime.endpoint_for_model(&model).ok_or_else(|| {
-        ApiError::new(
-            ErrorKind::ModelNotFound,
-            format!("the model `{model}` does not exist or you do not have access to it"),
-        )
-        .with_param("model")
-    })?;
+    let endpoint = runtime
+        .endpoint_for_model(&model)
+        .ok_or_else(|| ApiError::model_not_found(&model))?;
     Ok(RouteInput {
         upload: true,
         model: Some(model),
@@ -72,7 +64,7 @@ pub fn previous_response(
     let id = match prev {
         Value::String(s) => s,
         _ => {
-            return Err(invalid(
+            return Err(ApiError::invalid(
                 "previous_response_id",
                 "`previous_response_id` must be a string",
             ));
@@ -94,7 +86,7 @@ pub fn previous_response(
             (v == id).then(|| issued.upstream.clone())
         })
         .ok_or_else(|| {
-            invalid(
+            ApiError::invalid(
                 "previous_response_id",
                 "`previous_response_id` must be a plain string",
             )

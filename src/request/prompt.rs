@@ -10,7 +10,6 @@ use kvgate_routing::cost::{block_tokens, tokens_of_chars};
 use serde_json::Value;
 
 use super::RouteInput;
-use super::fields::invalid;
 use crate::error::ApiError;
 use crate::route::Route;
 use crate::tenancy::settings::Secret;
@@ -88,10 +87,10 @@ fn window(
 ) -> Result<Vec<u8>, ApiError> {
     Ok(match route.api() {
         Api::Chat => kvgate_prefix::chat_window(prompt, scan)
-            .map_err(|e| invalid(&e.param, e.message))?
+            .map_err(|e| ApiError::invalid(&e.param, e.message))?
             .into_bytes(),
         Api::Messages => kvgate_prefix::messages_window(prompt, scan)
-            .map_err(|e| invalid(&e.param, e.message))?
+            .map_err(|e| ApiError::invalid(&e.param, e.message))?
             .into_bytes(),
         Api::Completions => kvgate_prefix::completions_window(prompt, scan)
             .map_err(|e| {
@@ -100,7 +99,7 @@ fn window(
                     Route::Embeddings => e.param.replacen("prompt", "input", 1),
                     _ => e.param,
                 };
-                invalid(&param, e.message)
+                ApiError::invalid(&param, e.message)
             })?
             .into_bytes(),
         Api::Native => kvgate_prefix::native_window(body, members, scan),
