@@ -51,7 +51,6 @@ pub mod request;
 pub mod route;
 pub mod sagemaker;
 pub mod server;
-pub mod simulate;
 pub mod telemetry;
 pub mod tenancy;
 pub mod upstream;

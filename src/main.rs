@@ -91,7 +91,7 @@ enum Command {
     /// fleet, offline in virtual time; sweep prefix_aware's prefix_length ×
     /// concurrency_threshold and longest_prefix's block_chars × assumed cache size,
     /// and recommend a setting of each.
-    Simulate(kvgate::simulate::SimulateArgs),
+    Simulate(kvgate_simulate::SimulateArgs),
 }
 
 /// Logs to stderr, and traces over OTLP when the standard OpenTelemetry
@@ -145,7 +145,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let _traces = init_logs(cli.log_json);
     match cli.command {
-        Command::Simulate(args) => match kvgate::simulate::run(&args) {
+        Command::Simulate(args) => match kvgate_simulate::run(&args) {
             Ok(out) => {
                 print!("{out}");
                 ExitCode::SUCCESS

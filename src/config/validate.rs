@@ -10,31 +10,24 @@ use super::{
     Config, EndpointConfig, HealthConfig, InstanceConfig, RoutingConfig, ServerConfig, Timeouts,
 };
 use kvgate_routing::Strategy;
+// Shared with `kvgate simulate` (kvgate-simulate), so they live with the policies.
+pub use kvgate_routing::defaults::{
+    DEFAULT_CACHE_AWARE_BALANCE_FACTOR, DEFAULT_CACHE_AWARE_THRESHOLD, DEFAULT_MAX_PROMPT_BLOCKS,
+    DEFAULT_PREFIX_LENGTH,
+};
 
 pub use crate::error::ConfigError;
 
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
 /// Open client connections before the accept loop waits for one to close.
 pub const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
-pub const DEFAULT_PREFIX_LENGTH: u64 = 4096;
 pub const DEFAULT_CONCURRENCY_THRESHOLD: u64 = 10;
 pub const DEFAULT_VIRTUAL_NODES: u64 = 160;
-/// `longest_prefix` leaves balancing to its cost model; the threshold only
-/// guards an instance, so it defaults to vLLM's `max_num_seqs`.
-pub const DEFAULT_CACHE_AWARE_THRESHOLD: u64 = 256;
-/// `longest_prefix` keeps every instance under 1.5 × the mean load (plus one
-/// request): loose enough that a conversation rarely leaves its cache (99% of
-/// the multi-turn ceiling), tight enough that a prefix whose traffic would
-/// overload its holder is replicated onto others (bench/results/routing.md:
-/// at 2.0 one instance of seven never got a system prompt).
-pub const DEFAULT_CACHE_AWARE_BALANCE_FACTOR: f64 = 1.5;
 /// 256 characters ≈ 64 tokens: four vLLM blocks, fine enough to follow a
 /// conversation turn by turn, coarse enough to keep the index small.
 pub const DEFAULT_BLOCK_CHARS: u64 = 256;
 /// kvgate-sim's preset and a typical 8B–70B vLLM instance: 384k tokens of KV.
 pub const DEFAULT_CACHE_TOKENS: u64 = 384_000;
-/// 1,024 blocks of 256 characters ≈ 64k tokens of prompt indexed at most.
-pub const DEFAULT_MAX_PROMPT_BLOCKS: u64 = 1024;
 
 pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let server = server(raw.server)?;

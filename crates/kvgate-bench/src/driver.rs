@@ -6,8 +6,8 @@
 //! history after the parent's turn it branches from; the parent goes on after
 //! it. With several gateway replicas every request goes to the next one in
 //! turn, as a round-robin balancer in front of them would send it. This is the
-//! open loop; [`crate::closed`] drives the same sessions with a fixed number of
-//! clients, through [`play`].
+//! open loop ([`drive`]); [`crate::closed`] drives the same sessions with a
+//! fixed number of clients, through [`play`], and [`crate::run`] picks one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,17 +15,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kvgate_sim::block_text;
+use kvgate_simulate::trace::TRACE_BLOCK_TOKENS;
 use serde_json::json;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::client::{self, Outcome};
 use crate::conversation::{Conversation, streaming};
-use crate::regime::{Api, Arrivals};
+use crate::regime::Api;
 use crate::workload::{Content, Fork, Session, Turn};
-
-/// Mooncake's block size in tokens.
-const TRACE_BLOCK_TOKENS: usize = 512;
 
 /// One request as the client saw it.
 #[derive(Clone, Debug)]
@@ -77,14 +75,6 @@ impl Target {
         self.bases
             .get(n % self.bases.len().max(1))
             .map_or("", String::as_str)
-    }
-}
-
-/// Run every session as `arrivals` says; the records in no particular order.
-pub async fn run(target: &Target, sessions: &[Session], arrivals: Arrivals) -> Vec<Record> {
-    match arrivals {
-        Arrivals::Open => drive(target, sessions).await,
-        Arrivals::Closed(clients) => crate::closed::drive(target, sessions, clients).await,
     }
 }
 

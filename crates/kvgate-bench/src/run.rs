@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 use kvgate_sim::SimStats;
 
 use crate::arm::Arm;
+use crate::closed;
 use crate::driver::{self, Record, Target};
 use crate::fleet::Fleet;
 use crate::prom::Histogram;
 use crate::readback::{
     attach_engine_times, decisions, engine_throughput, engine_ttft, metrics, since,
 };
+use crate::regime::Arrivals;
 use crate::workload::Setup;
 
 const ROUTING_SECONDS: &str = "kvgate_routing_decision_seconds";
@@ -122,7 +124,11 @@ pub async fn run(
         api: setup.regime.api,
     };
     let started = Instant::now();
-    let mut records = driver::run(&target, &setup.sessions, setup.regime.arrivals).await;
+    // Open loop: each session at its start time; closed: `clients` at a time.
+    let mut records = match setup.regime.arrivals {
+        Arrivals::Open => driver::drive(&target, &setup.sessions).await,
+        Arrivals::Closed(clients) => closed::drive(&target, &setup.sessions, clients).await,
+    };
     let wall = started.elapsed();
     let after = if gateway_metrics {
         metrics(&client, &gateway).await?

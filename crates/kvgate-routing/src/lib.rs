@@ -8,6 +8,7 @@
 
 mod bounded;
 pub mod cost;
+pub mod defaults;
 pub mod held;
 pub mod index;
 mod longest;

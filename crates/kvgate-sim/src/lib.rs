@@ -83,6 +83,7 @@ mod messages;
 mod metrics;
 mod request;
 mod response;
+mod response_store;
 mod responses;
 mod scheduler;
 mod serve;

@@ -8,9 +8,6 @@
 //! cached prefix. A stream sends its opening events at once, the first token's
 //! delta when it is generated and the rest at the end.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
-
 use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -19,44 +16,9 @@ use tokio::sync::watch;
 
 use crate::engine::Progress;
 use crate::error::ApiError;
+use crate::response_store::Store;
 use crate::server::SimServer;
 use crate::text::output_text;
-
-/// Conversations kept per instance.
-const KEEP: usize = 4096;
-
-/// A stored response: its conversation so far (chat turns) and its object.
-type Stored = (Vec<Value>, Value);
-
-/// Stored responses by id, and their ids oldest first.
-#[derive(Debug, Default)]
-pub(crate) struct Store {
-    inner: Mutex<(HashMap<String, Stored>, VecDeque<String>)>,
-}
-
-impl Store {
-    fn get(&self, id: &str) -> Option<Stored> {
-        let g = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        g.0.get(id).cloned()
-    }
-
-    fn put(&self, id: String, turns: Vec<Value>, object: Value) {
-        let mut g = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        g.1.push_back(id.clone());
-        g.0.insert(id, (turns, object));
-        while g.1.len() > KEEP {
-            if let Some(old) = g.1.pop_front() {
-                g.0.remove(&old);
-            }
-        }
-    }
-}
 
 fn not_found(id: &str) -> ApiError {
     ApiError::not_found(format!("Response with id '{id}' not found."))

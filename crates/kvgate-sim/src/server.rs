@@ -32,7 +32,7 @@ pub struct SimServer {
     /// The KV-event publisher, once [`crate::spawn`] has bound its sockets.
     kv_sink: OnceLock<KvSink>,
     /// Responses API conversations stored here (vLLM keeps them per instance).
-    pub(crate) responses: Arc<crate::responses::Store>,
+    pub(crate) responses: Arc<crate::response_store::Store>,
 }
 
 /// A request accepted by the engine.

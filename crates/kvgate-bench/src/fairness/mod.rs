@@ -19,6 +19,7 @@ pub mod arm;
 pub mod client;
 pub mod gateway;
 pub mod report;
+pub mod results;
 pub mod sampler;
 mod sections;
 pub mod stats;
@@ -208,7 +209,7 @@ pub async fn run(args: &Args, ctx: &Context) -> anyhow::Result<PathBuf> {
         eprintln!("  {}", report::progress_line(&opts, &run));
         runs.push(run);
     }
-    let results = report::Results {
+    let results = results::Results {
         opts: &opts,
         capacity_estimate: capacity,
         fair_share,

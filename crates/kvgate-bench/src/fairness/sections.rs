@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::arm::{ArmRun, Kind};
-use super::report::{MASS_RELEASE, Results, bound_u, gap_figure};
+use super::results::{MASS_RELEASE, Results, bound_u, gap_figure};
 use super::tenants::{FLOOD, STEADY, VIP};
 
 pub(super) fn service_over_time(s: &mut String, r: &Results<'_>) {

@@ -6,13 +6,16 @@
 //! their first two block ids, selected by a fixed hash), so the reuse structure
 //! survives, and compresses time by the same k, so requests arrive at the
 //! trace's own rate.
+//!
+//! The trace is read by kvgate-simulate's parser ([`kvgate_simulate::trace`]),
+//! in the file's order.
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 use kvgate_sim::SimConfig;
-use serde::Deserialize;
+use kvgate_simulate::trace::{TraceError, TraceRequest, parse_lines};
 
 use super::{Content, Routing, Session, Setup, Size, Turn};
 use crate::regime::Regime;
@@ -39,14 +42,6 @@ impl Trace {
             Trace::Synthetic => 0.640,
         }
     }
-}
-
-#[derive(Deserialize)]
-struct Line {
-    timestamp: u64,
-    input_length: usize,
-    output_length: u32,
-    hash_ids: Vec<u64>,
 }
 
 struct Params {
@@ -109,31 +104,25 @@ pub(super) fn setup(trace: Trace, path: &Path, size: Size) -> anyhow::Result<Set
     };
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut lines = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        if raw.trim().is_empty() {
-            continue;
-        }
-        let line: Line = serde_json::from_str(raw)
-            .with_context(|| format!("{}:{}: not a Mooncake record", path.display(), i + 1))?;
-        lines.push(line);
-    }
+    let lines = parse_lines(&text).map_err(|e| not_a_record(path, e))?;
     let total = lines.len();
-    let kept: Vec<Line> = lines
+    let kept: Vec<TraceRequest> = lines
         .into_iter()
         .filter(|l| chain_hash(&l.hash_ids).checked_rem(p.keep_one_in) == Some(0))
         .take(p.limit)
         .collect();
-    let t0 = kept.first().map_or(0, |l| l.timestamp);
+    let t0 = kept.first().map_or(0.0, |l| l.timestamp);
     let k = p.keep_one_in as f64 * p.speedup;
     let sessions: Vec<Session> = kept
         .into_iter()
         .map(|l| Session {
-            start: Duration::from_secs_f64((l.timestamp - t0.min(l.timestamp)) as f64 / 1000.0 / k),
+            start: Duration::from_secs_f64((l.timestamp - t0.min(l.timestamp)) / 1000.0 / k),
             system: None,
             turns: vec![Turn {
                 think: Duration::ZERO,
-                max_tokens: l.output_length.clamp(1, p.max_output),
+                max_tokens: u32::try_from(l.output_length)
+                    .unwrap_or(u32::MAX)
+                    .clamp(1, p.max_output),
                 content: Content::Trace {
                     hash_ids: l.hash_ids,
                     tokens: l.input_length,
@@ -183,6 +172,15 @@ pub(super) fn setup(trace: Trace, path: &Path, size: Size) -> anyhow::Result<Set
         kv_token_ratio: 1.0,
         regime: Regime::default(),
     })
+}
+
+/// The parser's error as `PATH:LINE: not a Mooncake record`, its cause below.
+fn not_a_record(path: &Path, e: TraceError) -> anyhow::Error {
+    match e {
+        TraceError::Json { line, error } => anyhow::Error::new(error)
+            .context(format!("{}:{line}: not a Mooncake record", path.display())),
+        e => anyhow::Error::new(e).context(format!("{}: not a Mooncake record", path.display())),
+    }
 }
 
 /// A fixed hash of a request's first two block ids: its prefix chain.

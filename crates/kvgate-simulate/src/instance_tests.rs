@@ -1,7 +1,7 @@
 //! Timing and cache behaviour of one simulated instance, checked by hand.
 
 use super::*;
-use crate::simulate::trace::TraceRequest;
+use crate::trace::TraceRequest;
 
 fn timing(max_running: usize) -> Timing {
     Timing {

@@ -44,6 +44,17 @@ pub enum TraceError {
 /// Parse a whole trace; blank lines are skipped. Requests come back in arrival
 /// order (stable, so equal timestamps keep the file's order).
 pub fn parse(text: &str) -> Result<Vec<TraceRequest>, TraceError> {
+    let mut out = parse_lines(text)?;
+    if out.is_empty() {
+        return Err(TraceError::Empty);
+    }
+    out.sort_by(|a, b| a.timestamp.total_cmp(&b.timestamp));
+    Ok(out)
+}
+
+/// The trace's requests in the file's order, blank lines skipped; a trace
+/// with none is no error here.
+pub fn parse_lines(text: &str) -> Result<Vec<TraceRequest>, TraceError> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -60,10 +71,6 @@ pub fn parse(text: &str) -> Result<Vec<TraceRequest>, TraceError> {
         }
         out.push(req);
     }
-    if out.is_empty() {
-        return Err(TraceError::Empty);
-    }
-    out.sort_by(|a, b| a.timestamp.total_cmp(&b.timestamp));
     Ok(out)
 }
 
@@ -117,6 +124,10 @@ mod tests {
         assert_eq!(t[0].timestamp, 0.0);
         assert_eq!(t[0].hash_ids, vec![0]);
         assert_eq!((t[1].input_length, t[1].output_length), (600, 3));
+        let lines = parse_lines(text).unwrap();
+        assert_eq!(lines[0].timestamp, 40.0, "the file's order");
+        assert_eq!(lines[1], t[0]);
+        assert!(parse_lines("\n\n").unwrap().is_empty());
     }
 
     #[test]

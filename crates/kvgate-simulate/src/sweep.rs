@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Serialize, Serializer};
 
-use kvgate_routing::{PolicySpec, Strategy, build};
+use kvgate_routing::{PolicySpec, Strategy, build, defaults};
 
 use super::chain::{Chains, index_blocks};
 use super::engine::{CacheAware, Routing, RunStats, run};
@@ -16,9 +16,9 @@ use super::instance::Timing;
 use super::trace::TraceRequest;
 use super::workload::{Workload, routing_keys};
 
-/// The config's `prefix_length` default (`config::validate`): `longest_prefix`
+/// The config's `prefix_length` default ([`defaults`]): `longest_prefix`
 /// hashes that window onto the ring for its tie-breaks.
-pub const DEFAULT_PREFIX_LENGTH: usize = crate::config::DEFAULT_PREFIX_LENGTH as usize;
+pub const DEFAULT_PREFIX_LENGTH: usize = defaults::DEFAULT_PREFIX_LENGTH as usize;
 
 /// One point of the sweep. Strategies that ignore the prompt and the in-flight
 /// threshold have none of the settings; `longest_prefix` has a threshold,
@@ -167,7 +167,7 @@ pub fn sweep(
             concurrency_threshold: s.concurrency_threshold.unwrap_or(usize::MAX),
             // longest_prefix runs under its own config default, as live.
             balance_factor: if s.strategy.uses_index() {
-                Some(crate::config::DEFAULT_CACHE_AWARE_BALANCE_FACTOR)
+                Some(defaults::DEFAULT_CACHE_AWARE_BALANCE_FACTOR)
             } else {
                 fleet.balance_factor
             },

@@ -42,7 +42,7 @@ use std::time::Instant;
 
 use kvgate_sim::SimConfig;
 
-use kvgate_routing::Strategy;
+use kvgate_routing::{Strategy, defaults};
 
 use instance::Timing;
 use recommend::recommend;
@@ -50,11 +50,11 @@ use report::{Report, Row, TraceSummary};
 use sweep::{Axes, Fleet, grid};
 use workload::Workload;
 
-/// The config's defaults for `longest_prefix` (`config::validate`): the
-/// threshold only guards an instance (vLLM's `max_num_seqs`), and a prompt
+/// The config's defaults for `longest_prefix` ([`kvgate_routing::defaults`]):
+/// the threshold only guards an instance (vLLM's `max_num_seqs`), and a prompt
 /// indexes at most 1,024 blocks.
-const DEFAULT_CACHE_AWARE_THRESHOLD: usize = crate::config::DEFAULT_CACHE_AWARE_THRESHOLD as usize;
-const DEFAULT_MAX_PROMPT_BLOCKS: usize = crate::config::DEFAULT_MAX_PROMPT_BLOCKS as usize;
+const DEFAULT_CACHE_AWARE_THRESHOLD: usize = defaults::DEFAULT_CACHE_AWARE_THRESHOLD as usize;
+const DEFAULT_MAX_PROMPT_BLOCKS: usize = defaults::DEFAULT_MAX_PROMPT_BLOCKS as usize;
 
 /// `kvgate simulate` options.
 #[derive(Debug, Clone, clap::Args)]

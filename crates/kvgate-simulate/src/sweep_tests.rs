@@ -1,7 +1,7 @@
 //! The grid, a sweep's ordering and settings, and a sweep over a real trace's head.
 
 use super::*;
-use crate::simulate::recommend::recommend;
+use crate::recommend::recommend;
 
 fn aware(p: usize, t: usize) -> Setting {
     Setting {
@@ -114,7 +114,7 @@ fn sweep_returns_results_in_settings_order() {
 #[test]
 fn real_trace_head_sweeps_quickly() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/traces/mooncake_conversation.jsonl");
+        .join("../../../shared/traces/mooncake_conversation.jsonl");
     let Ok(text) = std::fs::read_to_string(&path) else {
         eprintln!("skipped: {} not found", path.display());
         return;

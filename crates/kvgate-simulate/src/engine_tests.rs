@@ -4,8 +4,8 @@
 use std::sync::Mutex;
 
 use super::*;
-use crate::simulate::trace::TraceRequest;
-use crate::simulate::workload::routing_keys;
+use crate::trace::TraceRequest;
+use crate::workload::routing_keys;
 use kvgate_routing::cost::REQUEST_OVERHEAD;
 use kvgate_routing::{Plan, PolicySpec, Strategy, build};
 

@@ -270,7 +270,7 @@ fn longest_lines(s: &mut String, alt: &super::recommend::Alternative, lp: &Row, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulate::instance::Timing;
+    use crate::instance::Timing;
     use kvgate_routing::Strategy;
 
     fn stats(p50: f64, hit: f64) -> RunStats {
@@ -342,7 +342,7 @@ mod tests {
                 best_other: None,
                 p50_vs_best_other: None,
                 p90_vs_best_other: None,
-                longest_prefix: Some(crate::simulate::recommend::Alternative {
+                longest_prefix: Some(crate::recommend::Alternative {
                     index: 1,
                     balanced: true,
                     p50_vs_random: None,
