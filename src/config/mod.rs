@@ -115,7 +115,7 @@ pub struct InstanceConfig {
     /// KV capacity assumed for this instance, tokens (cache-aware strategies).
     pub cache_tokens: usize,
     /// Neither the instance nor its endpoint sets `cache_tokens`: learn it from
-    /// the engine's `vllm:cache_config_info` (see `upstream::capacity`).
+    /// the engine's `vllm:cache_config_info` (see `fleet::capacity`).
     pub learn_cache_tokens: bool,
     /// Its KV-event publisher and replay socket (`kv_aware`).
     pub kv_events: Option<String>,
