@@ -91,6 +91,11 @@ impl Route {
         Route::CountTokens,
     ];
 
+    /// Its place in [`Route::ALL`] (the declaration order).
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
     /// The route a matched path template is.
     pub fn of_template(template: &str) -> Option<Self> {
         PATHS
@@ -192,5 +197,32 @@ impl Route {
             self,
             Self::Chat | Self::Completions | Self::Native | Self::Responses | Self::Messages
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Metric handles are kept in arrays indexed by [`Route::index`].
+    #[test]
+    fn index_is_the_place_in_all() {
+        for (i, r) in Route::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn every_path_matches_its_own_template() {
+        for (method, template, route) in PATHS {
+            assert_eq!(Route::of_template(template), Some(*route));
+            let concrete = template
+                .replace("{endpoint}", "ep")
+                .replace("{id}", "resp_1");
+            let expect = template.contains("{endpoint}").then(|| "ep".to_owned());
+            assert_eq!(Route::of_path(method, &concrete), Some((*route, expect)));
+        }
+        assert_eq!(Route::of_path("post", "/v1/models"), None);
+        assert_eq!(Route::of_path("post", "/endpoints//invocations"), None);
     }
 }

@@ -6,6 +6,7 @@ mod metrics;
 pub mod middleware;
 pub mod pipeline;
 mod proxy;
+mod request_id;
 mod responses;
 
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use axum::http::HeaderName;
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{MethodRouter, get, post};
 use tower::ServiceBuilder;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::api::middleware::admin as admin_auth;
@@ -148,7 +149,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(
             ServiceBuilder::new()
                 // Keep the client's x-request-id or make one, before anything logs.
-                .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+                .layer(SetRequestIdLayer::new(REQUEST_ID, request_id::MakeId))
                 // One span per request, carrying the id (and the client's trace
                 // context when OpenTelemetry is on).
                 .layer(TraceLayer::new_for_http().make_span_with(crate::telemetry::otel::MakeSpan))

@@ -12,7 +12,6 @@ use axum::response::{IntoResponse, Response};
 use crate::fleet::Runtime;
 use crate::request::RouteInput;
 use crate::route::Route;
-use crate::telemetry;
 use crate::upstream::{Forward, forward};
 
 /// How the answer goes back to the client.
@@ -132,7 +131,7 @@ pub async fn forward_logged(
         }
         Err(e) => {
             tracing::warn!(request_id = request_id(), tenant = %tenant, endpoint = endpoint.name(), api, error = %e, "not routed");
-            telemetry::request_duration(endpoint.name(), api, started.elapsed());
+            endpoint.series.duration(route, started.elapsed());
             e.into_response()
         }
     }

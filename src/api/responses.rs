@@ -51,7 +51,7 @@ pub async fn by_id(
         return not_found();
     };
     if let Some(slot) = slot {
-        slot.set(endpoint.name());
+        slot.set(&endpoint.series);
     }
     let mut path = format!("/v1/responses/{}", issued.upstream);
     if cancel {

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use axum::http::Uri;
 use axum::http::uri::{Authority, PathAndQuery, Scheme};
+use axum::http::{HeaderValue, Uri};
 
 use crate::kv_events::feed::FeedSettings;
 use crate::kv_events::{Feed, Subscription};
@@ -78,13 +78,28 @@ struct Base {
     authority: Authority,
     /// The URL's path without its trailing `/` (usually empty).
     prefix: String,
+    /// The `Host` header hyper's client would write (host, and the port when
+    /// not the scheme's default), made once rather than formatted per request.
+    host: Option<HeaderValue>,
 }
 
 impl Base {
     fn parse(url: &str) -> Option<Self> {
         let uri: Uri = url.parse().ok()?;
+        let host = uri.host().and_then(|h| {
+            let default = match uri.scheme_str() {
+                Some("https") => 443,
+                _ => 80,
+            };
+            let value = match uri.port_u16().filter(|p| *p != default) {
+                Some(port) => format!("{h}:{port}"),
+                None => h.to_owned(),
+            };
+            HeaderValue::from_str(&value).ok()
+        });
         let parts = uri.into_parts();
         Some(Self {
+            host,
             scheme: parts.scheme?,
             authority: parts.authority?,
             prefix: parts
@@ -113,6 +128,11 @@ impl Instance {
     /// The URI of `path` (with its query, if any) on this instance, under
     /// the instance URL's own path; `None` if either does not parse.
     pub fn uri_for(&self, path: &str) -> Option<Uri> {
+        self.request_target(path).map(|(uri, _)| uri)
+    }
+
+    /// [`Self::uri_for`], with the `Host` header the request carries there.
+    pub fn request_target(&self, path: &str) -> Option<(Uri, Option<HeaderValue>)> {
         let base = self.base.as_ref()?;
         let path_and_query = if base.prefix.is_empty() {
             PathAndQuery::try_from(path).ok()?
@@ -125,6 +145,7 @@ impl Instance {
             .path_and_query(path_and_query)
             .build()
             .ok()
+            .map(|uri| (uri, base.host.clone()))
     }
 
     pub fn new(endpoint: &str, id: &str, url: &str) -> Arc<Self> {

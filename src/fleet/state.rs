@@ -31,6 +31,8 @@ pub struct Endpoint {
     pub hot: Arc<crate::fleet::warmup::HotPrefixes>,
     /// Where its requests wait while every instance is saturated (kept across reloads).
     pub queue: Arc<crate::fleet::queue::FairQueue>,
+    /// Its request counters and durations.
+    pub series: Arc<crate::telemetry::EndpointSeries>,
 }
 
 /// Where one instance's matched blocks came from, for one request.
@@ -175,7 +177,6 @@ impl Runtime {
         let mut by_model = HashMap::new();
         let mut by_name = HashMap::new();
         for ec in &config.endpoints {
-            crate::telemetry::endpoint_series(&ec.name);
             let old = previous.and_then(|p| p.endpoint(&ec.name));
             let instances: Vec<Arc<Instance>> = ec
                 .instances
@@ -254,6 +255,7 @@ impl Runtime {
                 }
             }
             let ep = Arc::new(Endpoint {
+                series: crate::telemetry::EndpointSeries::of(&ec.name),
                 config: ec.clone(),
                 instances,
                 policy,

@@ -6,11 +6,16 @@
 //! outcomes from fixed enums. No prompt text, no keys.
 
 pub mod otel;
+mod series;
+
+pub use series::{
+    Charged, EndpointSeries, UpstreamSeries, request_cancelled, request_done, request_duration,
+};
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const REQUESTS: &str = "kvgate_requests_total";
@@ -254,158 +259,9 @@ fn describe() {
     );
 }
 
-/// A request answered with `status` (counted when its response headers go out).
-pub fn request_done(endpoint: &str, api: &'static str, status: u16) {
-    let class = match status {
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        _ => "5xx",
-    };
-    counter!(REQUESTS, "endpoint" => endpoint.to_owned(), "api" => api, "status" => class)
-        .increment(1);
-}
-
-/// A request whose client left before its answer began (counted as `status="cancelled"`).
-pub fn request_cancelled(endpoint: &str, api: &'static str) {
-    counter!(REQUESTS, "endpoint" => endpoint.to_owned(), "api" => api, "status" => "cancelled")
-        .increment(1);
-}
-
-/// A request's whole duration: until its response body ended or the client left.
-pub fn request_duration(endpoint: &str, api: &'static str, elapsed: Duration) {
-    histogram!(REQUEST_DURATION, "endpoint" => endpoint.to_owned(), "api" => api)
-        .record(elapsed.as_secs_f64());
-}
-
 pub fn healthy(endpoint: &str, instance: &str, up: bool) {
     gauge!(HEALTHY, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .set(if up { 1.0 } else { 0.0 });
-}
-
-/// Routing outcomes, as `Reason::as_str` and `"failover"` name them.
-const OUTCOMES: [&str; 9] = [
-    "affinity",
-    "overflow",
-    "fallback",
-    "balance",
-    "last_resort",
-    "cache_hit",
-    "cache_spread",
-    "cold",
-    "failover",
-];
-
-/// One upstream's per-request series, resolved once. A labelled macro call
-/// builds its key (owned label strings) and looks it up in the registry on
-/// every call: together a few percent of a proxied request's CPU.
-pub struct UpstreamSeries {
-    in_flight: Gauge,
-    headers: Histogram,
-    ttft: Histogram,
-    prompt: Counter,
-    cached: Counter,
-    completion: Counter,
-    index_blocks: Gauge,
-    index_bytes: Gauge,
-    decisions: [Counter; OUTCOMES.len()],
-    endpoint: String,
-    upstream: String,
-}
-
-impl std::fmt::Debug for UpstreamSeries {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpstreamSeries")
-            .field("endpoint", &self.endpoint)
-            .field("upstream", &self.upstream)
-            .finish_non_exhaustive()
-    }
-}
-
-impl UpstreamSeries {
-    /// The handles, from the gateway's recorder; every series of the upstream
-    /// exists (at zero) from here on, so dashboards and `rate()` see it from
-    /// start-up rather than from its first request.
-    pub fn new(endpoint: &str, upstream: &str) -> Self {
-        for why in ["connect", "status"] {
-            counter!(RETRIES, "endpoint" => endpoint.to_owned(), "upstream" => upstream.to_owned(), "reason" => why)
-                .increment(0);
-        }
-        let labels = [
-            ("endpoint", endpoint.to_owned()),
-            ("upstream", upstream.to_owned()),
-        ];
-        Self {
-            in_flight: gauge!(IN_FLIGHT, &labels),
-            headers: histogram!(UPSTREAM_HEADERS, &labels),
-            ttft: histogram!(TTFT, &labels),
-            prompt: counter!(PROMPT_TOKENS, &labels),
-            cached: counter!(CACHED_TOKENS, &labels),
-            completion: counter!(COMPLETION_TOKENS, &labels),
-            index_blocks: gauge!(INDEX_BLOCKS, &labels),
-            index_bytes: gauge!(INDEX_BYTES, &labels),
-            decisions: OUTCOMES.map(|outcome| {
-                counter!(ROUTING_DECISIONS, "endpoint" => endpoint.to_owned(), "upstream" => upstream.to_owned(), "outcome" => outcome)
-            }),
-            endpoint: endpoint.to_owned(),
-            upstream: upstream.to_owned(),
-        }
-    }
-
-    pub fn routing_decision(&self, outcome: &'static str, took: Duration) {
-        histogram!(ROUTING_DURATION).record(took.as_secs_f64());
-        match OUTCOMES.iter().position(|o| *o == outcome) {
-            Some(i) => self.decisions[i].increment(1),
-            None => counter!(ROUTING_DECISIONS, "endpoint" => self.endpoint.clone(), "upstream" => self.upstream.clone(), "outcome" => outcome)
-                .increment(1),
-        }
-    }
-
-    pub fn response_headers(&self, took: Duration) {
-        self.headers.record(took.as_secs_f64());
-    }
-
-    pub fn in_flight(&self, n: usize) {
-        self.in_flight.set(n as f64);
-    }
-
-    /// Time to first token of a streamed answer.
-    pub fn first_token(&self, took: Duration) {
-        self.ttft.record(took.as_secs_f64());
-    }
-
-    pub fn usage(&self, prompt: u64, cached: u64, completion: u64) {
-        self.prompt.increment(prompt);
-        self.cached.increment(cached);
-        self.completion.increment(completion);
-    }
-
-    /// Blocks in the upstream's index, and their approximate memory.
-    pub fn index_size(&self, blocks: usize) {
-        self.index_blocks.set(blocks as f64);
-        self.index_bytes
-            .set((blocks * kvgate_routing::index::ENTRY_BYTES) as f64);
-    }
-}
-
-/// An endpoint's request counters at zero from start-up.
-pub fn endpoint_series(endpoint: &str) {
-    for api in crate::route::Route::ALL.map(crate::route::Route::label) {
-        for class in ["2xx", "4xx", "5xx"] {
-            counter!(REQUESTS, "endpoint" => endpoint.to_owned(), "api" => api, "status" => class)
-                .increment(0);
-        }
-        let _ = histogram!(REQUEST_DURATION, "endpoint" => endpoint.to_owned(), "api" => api);
-    }
-    let _ = histogram!(ROUTING_DURATION);
-    let _ = histogram!(MATCHED_FRACTION, "endpoint" => endpoint.to_owned());
-}
-
-/// Completion tokens charged to a tenant, from `usage` or counted from the stream.
-pub fn completion_tokens(endpoint: &str, source: &'static str, n: u64) {
-    counter!(CHARGED_COMPLETION_TOKENS, "endpoint" => endpoint.to_owned(), "source" => source)
-        .increment(n);
 }
 
 pub fn retry(endpoint: &str, instance: &str, why: &'static str) {
@@ -416,11 +272,6 @@ pub fn retry(endpoint: &str, instance: &str, why: &'static str) {
 /// A request refused with error `code` (the OpenAI error code).
 pub fn rejection(code: &'static str) {
     counter!(REJECTIONS, "reason" => code).increment(1);
-}
-
-/// How much of its prompt the chosen instance was believed to hold (cache-aware routing).
-pub fn matched_fraction(endpoint: &str, fraction: f64) {
-    histogram!(MATCHED_FRACTION, "endpoint" => endpoint.to_owned()).record(fraction);
 }
 
 pub fn config_reload(ok: bool) {

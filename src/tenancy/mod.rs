@@ -144,7 +144,7 @@ impl Tenancy {
     pub async fn hold(&self, tenant: &Tenant) -> Result<Held, ApiError> {
         let state = self.registry.get(&tenant.id, &self.config);
         let slot = state.take_slot(self.cluster.as_ref()).await?;
-        Ok(Held(Arc::new(std::sync::Mutex::new(slot))))
+        Ok(Held { slot, state })
     }
 
     /// Apply the tenant's model allow-list (403) and quotas (429); on success
@@ -154,9 +154,12 @@ impl Tenancy {
         &self,
         tenant: &Tenant,
         ask: Ask<'_>,
-        held: Option<&Held>,
+        held: Option<Held>,
     ) -> Result<Admitted, ApiError> {
-        let state = self.registry.get(&tenant.id, &self.config);
+        let (state, slot) = match held {
+            Some(Held { slot, state }) => (state, slot),
+            None => (self.registry.get(&tenant.id, &self.config), None),
+        };
         check_models(&state.limits, ask.api, ask.model, ask.endpoint_models)?;
         // Every JSON object body gets the tenant's salt, native ones too: the
         // Invoke route must not be a way to share or probe another's cache.
@@ -166,7 +169,6 @@ impl Tenancy {
             Some(s) if ask.is_object => Some(salt::apply(ask.body, s, ask.has_cache_salt)?),
             _ => None,
         };
-        let slot = held.and_then(Held::take);
         let estimate = quota::estimate_tokens(ask.body);
         let (admission, headers) = state.admit(estimate, self.cluster.as_ref(), slot).await?;
         Ok(Admitted {
@@ -225,16 +227,14 @@ fn check_models(
     }
 }
 
-/// A concurrency slot taken from the headers, in request extensions until
+/// A concurrency slot taken from the headers, held by the pipeline until
 /// admission moves it into the [`Admission`]; dropped with the request if
 /// it never gets there.
-#[derive(Debug, Clone)]
-pub struct Held(Arc<std::sync::Mutex<Option<quota::Slot>>>);
-
-impl Held {
-    fn take(&self) -> Option<quota::Slot> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
+#[derive(Debug)]
+pub struct Held {
+    slot: Option<quota::Slot>,
+    /// The tenant's counters, looked up once for both steps.
+    state: Arc<quota::TenantState>,
 }
 
 /// What admission needs to know of a parsed request.

@@ -15,7 +15,6 @@ use crate::fleet::{Endpoint, InflightGuard, Instance, Seen};
 use crate::kv_events::Subscription;
 use crate::request::RouteInput;
 use crate::route::Placement;
-use crate::telemetry;
 
 /// What one attempt charged to its instance.
 pub struct Dispatch<'a> {
@@ -60,7 +59,8 @@ impl<'a> Dispatch<'a> {
         // they go; what is placed by load alone has no cache to remember.
         let indexed = ep.config.routing.strategy.uses_index() && input.placement != Placement::Load;
         let inserted = indexed.then(|| {
-            telemetry::matched_fraction(ep.name(), matched_fraction(ep, request, load));
+            ep.series
+                .matched_fraction(matched_fraction(ep, request, load));
             let inserted = instance.index.insert(&input.chain);
             instance.series.index_size(inserted.len);
             guard.inserted(inserted.stamp());

@@ -68,7 +68,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
     let upstream_headers = upstream_headers(&ep, f.headers);
     let mut failed = Failure::default();
     for (attempt, &idx) in plan.order.iter().enumerate() {
-        let Some((instance, uri)) = usable(&ep, idx, f.path, &mut failed) else {
+        let Some((instance, target)) = usable(&ep, idx, f.path, &mut failed) else {
             continue;
         };
         let (reason, decision) = match attempt {
@@ -89,7 +89,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             f.runtime,
             ep.name(),
             instance,
-            f.request(body, uri, &upstream_headers),
+            f.request(body, target, &upstream_headers),
         )
         .await
         {
@@ -154,13 +154,17 @@ impl Forward<'_> {
     fn request(
         &self,
         body: Body,
-        uri: axum::http::Uri,
+        (uri, host): Target,
         headers: &HeaderMap,
     ) -> axum::http::Request<Body> {
         let mut req = axum::http::Request::new(body);
         *req.method_mut() = self.method.clone();
         *req.uri_mut() = uri;
         *req.headers_mut() = headers.clone();
+        // Set here so that hyper's client need not format it per request.
+        if let Some(host) = host {
+            req.headers_mut().insert(header::HOST, host);
+        }
         req
     }
 
@@ -190,7 +194,7 @@ async fn answer(
     if status.is_client_error() || status.is_server_error() {
         let resp = super::relay_error::relay(response, server.timeouts.idle).await;
         drop(dispatch);
-        telemetry::request_duration(ep.name(), input.route.label(), started.elapsed());
+        ep.series.duration(input.route, started.elapsed());
         return resp;
     }
     let calibration = dispatch
@@ -270,19 +274,22 @@ fn usable<'a>(
     idx: usize,
     path: &str,
     failed: &mut Failure,
-) -> Option<(&'a Arc<Instance>, axum::http::Uri)> {
+) -> Option<(&'a Arc<Instance>, Target)> {
     let instance = ep.instances.get(idx)?;
     if instance.is_draining() {
         failed.error = "every instance is draining".to_owned();
         return None;
     }
-    let Some(uri) = instance.uri_for(path) else {
+    let Some(target) = instance.request_target(path) else {
         tracing::warn!(endpoint = %ep.name(), instance = %instance.id, "the instance URL and the request path make no URI; trying the next instance");
         failed.error = "the instance URL is not a valid URI".to_owned();
         return None;
     };
-    Some((instance, uri))
+    Some((instance, target))
 }
+
+/// Where an attempt goes: the URI, and the `Host` header for it.
+type Target = (axum::http::Uri, Option<axum::http::HeaderValue>);
 
 /// The client's headers as the instance gets them: hop-by-hop and the
 /// client's credential dropped, the trace continued, the endpoint's own

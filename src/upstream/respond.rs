@@ -17,7 +17,7 @@ use super::headers;
 use crate::fleet::InflightGuard;
 use crate::openai::rewrite_stream::{Issuer, RewriteIds};
 use crate::route::Route;
-use crate::telemetry;
+use crate::telemetry::{Charged, EndpointSeries};
 use crate::tenancy::Admission;
 
 /// What the approximate index expected of an instance, to check against the
@@ -51,7 +51,6 @@ pub fn client_response(
     (admission, calibration): (Option<Arc<Admission>>, Option<Calibration>),
     (started, route): (Instant, Route),
 ) -> Response {
-    let api = route.label();
     let status = upstream.status();
     let mut hdrs = headers::client_response(upstream.headers());
     let is_sse = hdrs
@@ -80,9 +79,12 @@ pub fn client_response(
             // A token count's `input_tokens` is the answer, not tokens served.
             let usage = usage.filter(|_| route != Route::CountTokens);
             if let Some(a) = admission {
-                settle(&a, usage, transcript, &instance.endpoint);
+                settle(&a, usage, transcript, &instance.series.endpoint_series);
             }
-            telemetry::request_duration(&instance.endpoint, api, started.elapsed());
+            instance
+                .series
+                .endpoint_series
+                .duration(route, started.elapsed());
             // A retrieved response repeats the usage of the one that made it.
             if let Some(u) = usage.filter(|_| route != Route::ResponseById) {
                 instance
@@ -134,12 +136,12 @@ fn settle(
     admission: &Admission,
     usage: Option<super::usage::Usage>,
     transcript: Option<Vec<bytes::Bytes>>,
-    endpoint: &str,
+    endpoint: &Arc<EndpointSeries>,
 ) {
     // A usage object is the upstream's own count: trust it as it is.
     let Some(chunks) = transcript.filter(|_| usage.is_none()) else {
         if let Some(u) = usage.filter(|u| u.completion_tokens > 0) {
-            telemetry::completion_tokens(endpoint, "usage", u.completion_tokens);
+            endpoint.charged(Charged::Usage, u.completion_tokens);
         }
         admission.served(usage.map_or(0, |u| u.completion_tokens));
         admission.settle(
@@ -155,11 +157,11 @@ fn settle(
     if charge.is_none() && served.is_none() {
         return;
     }
-    let endpoint = endpoint.to_owned();
+    let endpoint = Arc::clone(endpoint);
     rt.spawn_blocking(move || {
         let counted = super::completion::count(&chunks);
         if let Some(c) = charge {
-            telemetry::completion_tokens(&endpoint, "counted", counted);
+            endpoint.charged(Charged::Counted, counted);
             c.settle(None, counted);
         }
         if let Some(f) = served {

@@ -8,32 +8,44 @@
 
 use std::sync::LazyLock;
 
-use memchr::memmem::FinderRev;
+use memchr::memmem::Finder;
 
-const PROMPT: &[u8] = b"\"prompt_tokens\":";
-const CACHED: &[u8] = b"\"cached_tokens\":";
-const COMPLETION: &[u8] = b"\"completion_tokens\":";
-/// The Responses and Messages APIs' names for the same two counts.
-const INPUT: &[u8] = b"\"input_tokens\":";
-const OUTPUT: &[u8] = b"\"output_tokens\":";
-/// The Messages API's cached prompt tokens. There `input_tokens` counts only
-/// the rest: the prompt is `input + cache_read + cache_creation` (vLLM's
-/// `_build_anthropic_usage` follows Anthropic's definition).
-const CACHE_READ: &[u8] = b"\"cache_read_input_tokens\":";
-const CACHE_CREATION: &[u8] = b"\"cache_creation_input_tokens\":";
-/// The searchers, built once: building one per search was most of the cost.
-static FIND: LazyLock<[FinderRev<'static>; 7]> = LazyLock::new(|| {
-    [
-        PROMPT,
-        INPUT,
-        COMPLETION,
-        OUTPUT,
-        CACHED,
-        CACHE_READ,
-        CACHE_CREATION,
-    ]
-    .map(FinderRev::new)
-});
+/// What every usage key ends with: one forward search finds them all, and
+/// the name before it says which (`prompt_tokens`, `cached_tokens`, …).
+const SUFFIX: &[u8] = b"_tokens\":";
+/// Built once: building a searcher per search was most of the cost.
+static FIND: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(SUFFIX));
+/// The longest name before the suffix (`cache_creation_input`), and its quote.
+const LONGEST_NAME: usize = 21;
+
+/// Which count a key holds.
+#[derive(Clone, Copy)]
+enum Key {
+    /// `prompt_tokens`; the Responses and Messages APIs' `input_tokens`.
+    Prompt,
+    /// `completion_tokens`; `output_tokens`.
+    Completion,
+    /// `cached_tokens` (OpenAI's `prompt_tokens_details`).
+    Cached,
+    /// The Messages API's cached prompt tokens. There `input_tokens` counts
+    /// only the rest: the prompt is `input + cache_read + cache_creation`
+    /// (vLLM's `_build_anthropic_usage` follows Anthropic's definition).
+    CacheRead,
+    CacheCreation,
+}
+
+impl Key {
+    fn of(name: &[u8]) -> Option<Self> {
+        Some(match name {
+            b"prompt" | b"input" => Self::Prompt,
+            b"completion" | b"output" => Self::Completion,
+            b"cached" => Self::Cached,
+            b"cache_read_input" => Self::CacheRead,
+            b"cache_creation_input" => Self::CacheCreation,
+            _ => return None,
+        })
+    }
+}
 
 /// Longest pattern plus room for a 20-digit number and whitespace.
 const TAIL: usize = 64;
@@ -75,25 +87,26 @@ impl UsageScanner {
     }
 
     fn scan(&mut self, hay: &[u8]) {
-        let [prompt, input, completion, output, cached, read, creation] = &*FIND;
-        for pat in [prompt, input] {
-            if let Some(v) = last_number_after(hay, pat) {
-                self.prompt = Some(v);
-            }
-        }
-        for pat in [completion, output] {
-            if let Some(v) = last_number_after(hay, pat) {
-                self.completion = Some(v);
-            }
-        }
-        if let Some(v) = last_number_after(hay, cached) {
-            self.cached = Some(v);
-        }
-        if let Some(v) = last_number_after(hay, read) {
-            self.cache_read = Some(v);
-        }
-        if let Some(v) = last_number_after(hay, creation) {
-            self.cache_creation = Some(v);
+        for at in FIND.find_iter(hay) {
+            let before = &hay[at.saturating_sub(LONGEST_NAME)..at];
+            let Some(quote) = memchr::memrchr(b'"', before) else {
+                continue;
+            };
+            let Some(key) = Key::of(&before[quote + 1..]) else {
+                continue;
+            };
+            let Some(v) = number_at(&hay[at + SUFFIX.len()..]) else {
+                continue;
+            };
+            // The last value seen wins.
+            let slot = match key {
+                Key::Prompt => &mut self.prompt,
+                Key::Completion => &mut self.completion,
+                Key::Cached => &mut self.cached,
+                Key::CacheRead => &mut self.cache_read,
+                Key::CacheCreation => &mut self.cache_creation,
+            };
+            *slot = Some(v);
         }
     }
 
@@ -122,19 +135,15 @@ impl UsageScanner {
     }
 }
 
-fn last_number_after(hay: &[u8], pat: &FinderRev<'_>) -> Option<u64> {
-    let pos = pat.rfind(hay)?;
-    let rest = &hay[pos + pat.needle().len()..];
-    let digits: &[u8] = {
-        let start = rest.iter().position(|b| !b.is_ascii_whitespace())?;
-        let rest = &rest[start..];
-        let end = rest
-            .iter()
-            .position(|b| !b.is_ascii_digit())
-            .unwrap_or(rest.len());
-        &rest[..end]
-    };
-    std::str::from_utf8(digits).ok()?.parse().ok()
+/// The number a key's value starts with, after any whitespace.
+fn number_at(rest: &[u8]) -> Option<u64> {
+    let start = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+    let rest = &rest[start..];
+    let end = rest
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(rest.len());
+    std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
 }
 
 #[cfg(test)]

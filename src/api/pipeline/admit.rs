@@ -27,7 +27,7 @@ pub async fn admit(runtime: &Runtime, analysed: Analysed) -> Result<Admitted, Ap
         has_cache_salt: input.has_cache_salt,
         is_object: input.is_object,
     };
-    let admitted = runtime.tenancy.admit(&tenant, ask, Some(&held)).await?;
+    let admitted = runtime.tenancy.admit(&tenant, ask, Some(held)).await?;
     if let Some(body) = admitted.body {
         input.body = body;
     }

@@ -16,27 +16,27 @@ use axum::response::Response;
 
 use crate::fleet::{AppState, Runtime};
 use crate::route::Route;
-use crate::telemetry;
+use crate::telemetry::{self, EndpointSeries};
 
 /// The endpoint a request resolved to, filled once it is known; shared with
 /// the Responses API's by-id handler, which resolves it from the id.
 #[derive(Clone, Default)]
-pub struct EndpointSlot(Arc<OnceLock<String>>);
+pub struct EndpointSlot(Arc<OnceLock<Arc<EndpointSeries>>>);
 
 impl EndpointSlot {
-    pub fn set(&self, endpoint: &str) {
-        let _ = self.0.set(endpoint.to_owned());
+    pub fn set(&self, endpoint: &Arc<EndpointSeries>) {
+        let _ = self.0.set(Arc::clone(endpoint));
     }
 
-    fn get(&self) -> &str {
-        self.0.get().map_or("", String::as_str)
+    fn get(&self) -> Option<&EndpointSeries> {
+        self.0.get().map(|s| &**s)
     }
 }
 
 /// One request being counted: as cancelled if dropped before its answer came.
 pub struct Counted {
     slot: EndpointSlot,
-    api: &'static str,
+    route: Route,
     started: Instant,
     answered: bool,
 }
@@ -46,35 +46,40 @@ impl Counted {
     /// is checked. Only a configured one becomes a label (labels stay bounded).
     pub fn begin(runtime: &Runtime, route: Route, params: &HashMap<String, String>) -> Self {
         let slot = EndpointSlot::default();
-        if let Some(name) = params.get("endpoint")
-            && runtime.endpoint(name).is_some()
-        {
-            slot.set(name);
+        if let Some(ep) = params.get("endpoint").and_then(|n| runtime.endpoint(n)) {
+            slot.set(&ep.series);
         }
         Self {
             slot,
-            api: route.label(),
+            route,
             started: Instant::now(),
             answered: false,
         }
     }
 
-    pub fn endpoint(&self, name: &str) {
-        self.slot.set(name);
+    pub fn endpoint(&self, series: &Arc<EndpointSeries>) {
+        self.slot.set(series);
     }
 
     pub fn answered(&mut self, status: StatusCode) {
         self.answered = true;
-        telemetry::request_done(self.slot.get(), self.api, status.as_u16());
+        match self.slot.get() {
+            Some(ep) => ep.done(self.route, status.as_u16()),
+            None => telemetry::request_done("", self.route.label(), status.as_u16()),
+        }
     }
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
         if !self.answered {
-            let endpoint = self.slot.get();
-            telemetry::request_cancelled(endpoint, self.api);
-            telemetry::request_duration(endpoint, self.api, self.started.elapsed());
+            let (api, took) = (self.route.label(), self.started.elapsed());
+            let endpoint = self.slot.get().map_or("", EndpointSeries::name);
+            telemetry::request_cancelled(endpoint, api);
+            match self.slot.get() {
+                Some(ep) => ep.duration(self.route, took),
+                None => telemetry::request_duration("", api, took),
+            }
         }
     }
 }

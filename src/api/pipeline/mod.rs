@@ -112,7 +112,7 @@ async fn steps(
     let caller = auth::authenticate(runtime, request).await?;
     let claimed = caller.claim(runtime).await?;
     let analysed = analyse::analyse(runtime, claimed, route, template, params).await?;
-    counted.endpoint(analysed.input.endpoint.name());
+    counted.endpoint(&analysed.input.endpoint.series);
     admit::admit(runtime, analysed).await
 }
 

@@ -9,6 +9,9 @@ pub(crate) const RESERVED_FIRST: char = '\u{1a}';
 /// Escape put before a reserved character that occurs in client text.
 pub(crate) const ESC: char = '\u{1b}';
 
+/// Bytes reserved up front.
+const FIRST_CAPACITY: usize = 1024;
+
 /// Collects at most `limit` characters (Unicode scalar values).
 pub(crate) struct CharBudget {
     out: String,
@@ -18,7 +21,8 @@ pub(crate) struct CharBudget {
 impl CharBudget {
     pub(crate) fn new(limit: usize) -> Self {
         Self {
-            out: String::new(),
+            // Most prompts' windows fit: one allocation instead of a few regrowths.
+            out: String::with_capacity(limit.min(FIRST_CAPACITY)),
             left: limit,
         }
     }
