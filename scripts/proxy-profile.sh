@@ -4,7 +4,7 @@
 # instance) to a fixed-answer nginx upstream over HTTP/1.1 keep-alive, under
 # callgrind. Instructions a request = (run − start-up alone) ÷ requests.
 #
-#   scripts/proxy-profile.sh path/to/kvgate [out-dir]
+#   [BODY_BYTES=16384] scripts/proxy-profile.sh path/to/kvgate [out-dir]
 #
 # Needs valgrind, nginx and wrk (Debian packages). Instruction counts do not
 # depend on what else the machine is doing, so two binaries compare exactly.
@@ -39,8 +39,22 @@ endpoints:
       - url: "http://127.0.0.1:$up"
     routing: { strategy: prefix_aware, concurrency_threshold: 1024 }
 YAML
-# The benchmark's 300-byte body (benches/overhead/main.rs, chat_body(300)).
-body='{"max_tokens":64,"messages":[{"content":"You are a concise assistant for the ACME support team. Answer from the policy handbook","role":"system"},{"content":"Summarise the difference between a reverse proxy and a load balancer in two sentences, please.","role":"user"}],"model":"m","temperature":0.2}'
+# The benchmark's chat body (benches/overhead/main.rs, chat_body): 300 bytes,
+# or BODY_BYTES.
+body=$(python3 - "${BODY_BYTES:-300}" <<'PY'
+import json, sys
+size = int(sys.argv[1])
+q = "Summarise the difference between a reverse proxy and a load balancer in two sentences, please."
+base = "You are a concise assistant for the ACME support team. "
+filler = "Answer from the policy handbook and cite the section you used. "
+shell = lambda s: json.dumps({"max_tokens": 64, "messages": [{"content": s, "role": "system"},
+    {"content": q, "role": "user"}], "model": "m", "temperature": 0.2}, separators=(",", ":"))
+system = base
+while len(system) < len(base) + size - len(shell(base)):
+    system += filler
+print(shell(system[: len(base) + max(0, size - len(shell(base)))]))
+PY
+)
 cat > "$dir/post.lua" <<LUA
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"

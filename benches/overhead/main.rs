@@ -8,7 +8,9 @@
 //! `cargo bench --bench overhead` (full, ~6 min; writes
 //! `bench/results/overhead.md` unless `-- --no-write`), `-- --quick` (~30 s
 //! smoke, writes nothing), `-- --memory` (the open-stream test alone, printed
-//! only). Needs Debian's nginx and haproxy
+//! only). `KVGATE_BASELINE=path/to/kvgate` adds that build (`prefix_aware`)
+//! as one more path of the same run, to compare a change's before and after.
+//! Needs Debian's nginx and haproxy
 //! (`apt-get install nginx haproxy`); without them their rows are skipped.
 #![allow(
     clippy::unwrap_used,
@@ -32,6 +34,9 @@ use bytes::Bytes;
 use load::Conn;
 use procs::Proc;
 use report::{ClosedCell, OpenCell, Results};
+
+/// The path name of `KVGATE_BASELINE`'s build.
+const BASELINE: &str = "kvgate prefix_aware, baseline build";
 
 /// How much of everything to run.
 struct Plan {
@@ -187,6 +192,14 @@ async fn main() {
         let conf = configs::kvgate(port, &up_url, strategy);
         let p = procs::kvgate(&dir, strategy, &conf, port);
         targets.push(Target::new(name, port, Some(p)));
+    }
+    // Another build of kvgate in the same run (the "before" of a change),
+    // measured cell by cell beside this one.
+    if let Ok(bin) = std::env::var("KVGATE_BASELINE") {
+        let port = procs::free_port();
+        let conf = configs::kvgate(port, &up_url, "prefix_aware");
+        let p = procs::kvgate_at(Path::new(&bin), &dir, "baseline", &conf, port);
+        targets.push(Target::new(BASELINE, port, Some(p)));
     }
 
     let bodies = [("small", chat_body(300)), ("16 KiB", chat_body(16 * 1024))];

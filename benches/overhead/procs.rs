@@ -117,7 +117,17 @@ pub fn haproxy(bin: &Path, dir: &Path, config: &str, port: u16) -> Proc {
 }
 
 pub fn kvgate(dir: &Path, name: &str, config: &str, port: u16) -> Proc {
+    kvgate_at(
+        Path::new(env!("CARGO_BIN_EXE_kvgate")),
+        dir,
+        name,
+        config,
+        port,
+    )
+}
+
+/// [`kvgate`] from another build (`KVGATE_BASELINE`).
+pub fn kvgate_at(bin: &Path, dir: &Path, name: &str, config: &str, port: u16) -> Proc {
     let conf = write_config(dir, &format!("{name}.yaml"), config);
-    let bin = Path::new(env!("CARGO_BIN_EXE_kvgate"));
     start(bin, &["serve", "--config", &conf], port, name)
 }

@@ -6,6 +6,7 @@
 pub mod capacity;
 pub mod client;
 pub mod discovery;
+mod endpoint;
 pub mod engine_load;
 pub mod health;
 pub mod instance;
@@ -17,5 +18,6 @@ mod state;
 pub mod tasks;
 pub mod warmup;
 
+pub use endpoint::{Endpoint, Seen};
 pub use instance::{InflightGuard, Instance};
-pub use state::{AppState, Endpoint, Runtime, Seen};
+pub use state::{AppState, Runtime};

@@ -132,27 +132,23 @@ async fn send(runtime: &Runtime, admitted: Admitted, wire: Wire) -> Response {
     };
     let headers = &parts.headers;
     // Held until the request has its instance's slot: see `fleet::queue`.
-    let reservation = match proxy::wait_for_room(runtime, &input, headers, &tenant.id).await {
-        Ok(r) => r,
+    let mut resp = match proxy::wait_for_room(runtime, &input, headers, &tenant.id).await {
+        Ok(reservation) => {
+            let until_claimed =
+                reservation.map(|r| Box::new(r) as Box<dyn std::fmt::Debug + Send + Sync>);
+            let target = (path.as_str(), axum::http::Method::POST);
+            let (headers, id) = ((headers, until_claimed), &tenant.id);
+            proxy::forward_logged(runtime, input, target, headers, upload, id, wire).await
+        }
         Err(e) => {
             // Refused before any engine saw it: no tokens to charge.
             if let Some(a) = &input.admission {
                 a.settle(Some(0), 0);
             }
-            return e.into_response();
+            e.into_response()
         }
     };
-    let until_claimed = reservation.map(|r| Box::new(r) as Box<dyn std::fmt::Debug + Send + Sync>);
-    let mut resp = proxy::forward_logged(
-        runtime,
-        input,
-        (&path, axum::http::Method::POST),
-        (headers, until_claimed),
-        upload,
-        &tenant.id,
-        wire,
-    )
-    .await;
+    // Every admitted request's answer says where the tenant stands.
     resp.headers_mut().extend(rate_headers);
     resp
 }

@@ -1,0 +1,259 @@
+//! One endpoint: a pool of instances serving the same models, its policy,
+//! its KV-event subscriptions, fair queue and hottest prefixes; built from
+//! config with the previous build's instances carried over (by id and URL),
+//! and viewed per request as the loads and matched blocks a policy weighs.
+
+use std::sync::Arc;
+
+use kvgate_routing::held::TierWeights;
+use kvgate_routing::{self as routing, Load, Policy, PolicySpec};
+
+use super::Instance;
+use crate::config::EndpointConfig;
+use crate::config::kv_aware::KvAwareConfig;
+use crate::config::queue::QueueConfig;
+use crate::kv_events::feed::FeedSettings;
+use crate::kv_events::{Feed, Subscription, Trust};
+
+/// One pool of instances serving the same models.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub config: EndpointConfig,
+    pub instances: Vec<Arc<Instance>>,
+    pub policy: Box<dyn Policy>,
+    /// The shared KV tier's subscription (`kv_aware` with `shared_tier`).
+    pub shared_tier: Option<Arc<Subscription>>,
+    /// Its hottest prefixes, for warming instances that join (kept across reloads).
+    pub hot: Arc<crate::fleet::warmup::HotPrefixes>,
+    /// Where its requests wait while every instance is saturated (kept across reloads).
+    pub queue: Arc<crate::fleet::queue::FairQueue>,
+    /// Its request counters and durations.
+    pub series: Arc<crate::telemetry::EndpointSeries>,
+}
+
+/// Where one instance's matched blocks came from, for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Seen {
+    /// Its KV-event feed's state; `None` when it has none.
+    pub trust: Option<Trust>,
+    /// The figures are from events (else the approximate index).
+    pub from_events: bool,
+    /// Leading blocks held in any tier, and on the GPU (events only).
+    pub held_blocks: usize,
+    pub gpu_blocks: usize,
+}
+
+impl Endpoint {
+    /// Build from `ec`, keeping `old`'s instances, hot prefixes and queue;
+    /// also the instances new to a running endpoint, to be warmed.
+    pub fn build(
+        ec: &EndpointConfig,
+        old: Option<&Endpoint>,
+        queue_config: &QueueConfig,
+    ) -> (Arc<Self>, Vec<Arc<Instance>>) {
+        let mut joined = Vec::new();
+        let instances: Vec<Arc<Instance>> = ec
+            .instances
+            .iter()
+            .map(|ic| {
+                old.and_then(|o| {
+                    o.instances
+                        .iter()
+                        .find(|i| i.id == ic.id && i.url == ic.url)
+                })
+                .cloned()
+                .unwrap_or_else(|| Instance::new(&ec.name, &ic.id, &ic.url))
+            })
+            .collect();
+        // Kept instances keep what they hold; a changed block size or
+        // capacity is applied to their index (see BlockIndex::configure).
+        for (inst, ic) in instances.iter().zip(&ec.instances) {
+            let learned = inst
+                .learned_cache_tokens()
+                .filter(|_| ic.learn_cache_tokens);
+            inst.index.configure(
+                ec.routing.index_blocks(learned.unwrap_or(ic.cache_tokens)),
+                ec.routing.block_chars,
+            );
+        }
+        let ids: Vec<String> = ec.instances.iter().map(|i| i.id.clone()).collect();
+        let policy = routing::build(&PolicySpec {
+            strategy: ec.routing.strategy,
+            ids: &ids,
+            virtual_nodes: ec.routing.virtual_nodes,
+            concurrency_threshold: ec.routing.concurrency_threshold,
+            balance_factor: ec.routing.balance_factor,
+            block_chars: ec.routing.block_chars,
+            block_size: ec.routing.kv.as_ref().map_or(16, |k| k.block_size),
+        });
+        let kv = ec
+            .routing
+            .kv
+            .as_ref()
+            .filter(|_| ec.routing.strategy.uses_events());
+        for (inst, ic) in instances.iter().zip(&ec.instances) {
+            let settings = feed_settings(kv, ic.cache_tokens);
+            let events = kv.and(ic.kv_events.as_deref());
+            if kv.is_some() && events.is_none() {
+                tracing::warn!(endpoint = %ec.name, instance = %ic.id, "kv_aware instance without kv_events: routed by the approximate index");
+            }
+            inst.follow_kv_events(events, ic.kv_replay.as_deref(), settings);
+        }
+        let shared_tier = shared_tier(ec, old);
+        if ec.health.is_none() {
+            // No active checks any more: nothing would ever bring an
+            // instance a probe took out back (passive ejection cools down
+            // by itself), so it starts healthy again.
+            for inst in &instances {
+                inst.set_healthy(true);
+            }
+        }
+        let hot = old.map_or_else(Arc::default, |o| Arc::clone(&o.hot));
+        let queue = old.map_or_else(
+            || crate::fleet::queue::FairQueue::new(&ec.name),
+            |o| Arc::clone(&o.queue),
+        );
+        let hook: std::sync::Weak<dyn crate::fleet::instance::Freed> = Arc::downgrade(&queue) as _;
+        for inst in &instances {
+            inst.notify_freed(std::sync::Weak::clone(&hook));
+        }
+        queue.configure(instances.clone(), queue_config.clone());
+        // Instances new to a running endpoint are warmed before they serve.
+        if let (Some(o), Some(_)) = (old, ec.routing.warmup) {
+            for inst in &instances {
+                if !o.instances.iter().any(|p| Arc::ptr_eq(p, inst)) {
+                    inst.set_warming(true);
+                    joined.push(Arc::clone(inst));
+                }
+            }
+        }
+        let ep = Arc::new(Self {
+            series: crate::telemetry::EndpointSeries::of(&ec.name),
+            config: ec.clone(),
+            instances,
+            policy,
+            shared_tier,
+            hot,
+            queue,
+        });
+        (ep, joined)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Every instance's load for a request, and where its matched blocks
+    /// came from. Index lookups happen only for strategies that use them.
+    /// Under `kv_aware`, an instance whose events are live is looked up by
+    /// the request's token keys; the others fall back to the approximate
+    /// index, its blocks converted to engine blocks.
+    pub fn view(&self, chain: &[u64], kv_keys: Option<&[u64]>) -> (Vec<Load>, Vec<Seen>) {
+        let routing = &self.config.routing;
+        let lookup = routing.strategy.uses_index() && !chain.is_empty();
+        let kv = routing
+            .kv
+            .as_ref()
+            .filter(|_| routing.strategy.uses_events());
+        let now = std::time::Instant::now();
+        let shared: Option<&Feed> = self
+            .shared_tier
+            .as_deref()
+            .map(|s| &*s.feed)
+            .filter(|f| f.trust(now).is_live());
+        let mut loads = Vec::with_capacity(self.instances.len());
+        let mut seen = Vec::with_capacity(self.instances.len());
+        for inst in &self.instances {
+            // One look under the index's lock: the match, and whether it is full.
+            let (approx, mut full) = if lookup {
+                inst.index.lookup(chain)
+            } else {
+                (0, false)
+            };
+            let (matched, s) = match kv {
+                None => (approx, Seen::default()),
+                Some(kv) => {
+                    let sub = inst.kv_feed();
+                    let trust = sub.as_ref().map(|s| s.feed.trust(now));
+                    match (sub, kv_keys) {
+                        (Some(sub), Some(prompt)) if trust.is_some_and(Trust::is_live) => {
+                            let w = TierWeights {
+                                cpu: kv.cpu_weight,
+                                l2: kv.shared.as_ref().map_or(0.0, |t| t.weight),
+                            };
+                            let held = sub.feed.matched(prompt, shared, w);
+                            // Full as the engine's own events count it.
+                            let cap = inst.index.capacity()
+                                * routing::cost::block_tokens(routing.block_chars);
+                            let stored = sub.feed.held_blocks() * kv.block_size;
+                            full = routing::cost::fills(stored, cap);
+                            let s = Seen {
+                                trust,
+                                from_events: true,
+                                held_blocks: held.blocks,
+                                gpu_blocks: held.gpu_blocks,
+                            };
+                            (held.weighted.floor() as usize, s)
+                        }
+                        _ => {
+                            let tokens = approx * routing::cost::block_tokens(routing.block_chars);
+                            let s = Seen {
+                                trust,
+                                ..Seen::default()
+                            };
+                            (tokens / kv.block_size.max(1), s)
+                        }
+                    }
+                }
+            };
+            loads.push(Load {
+                matched_blocks: matched,
+                cache_full: full,
+                ..inst.load()
+            });
+            seen.push(s);
+        }
+        (loads, seen)
+    }
+}
+
+/// A feed's settings for an instance of `cache_tokens` (kv_aware; without
+/// it the settings are never used). The block limit is generous over what the
+/// instance can hold (CPU offload tiers are larger than the GPU's), but bounded.
+fn feed_settings(kv: Option<&KvAwareConfig>, cache_tokens: usize) -> FeedSettings {
+    let block_size = kv.map_or(16, |k| k.block_size.max(1));
+    FeedSettings {
+        silence: kv.map_or(std::time::Duration::ZERO, |k| k.silence),
+        limit: (cache_tokens / block_size).saturating_mul(16).max(1 << 16),
+        block_size,
+    }
+}
+
+/// The endpoint's shared-tier subscription: the previous one when it follows
+/// the same sockets, a new one otherwise.
+fn shared_tier(ec: &EndpointConfig, old: Option<&Endpoint>) -> Option<Arc<Subscription>> {
+    let kv = ec
+        .routing
+        .kv
+        .as_ref()
+        .filter(|_| ec.routing.strategy.uses_events())?;
+    let tier = kv.shared.as_ref()?;
+    let kept = old.and_then(|o| o.shared_tier.clone()).filter(|s| {
+        s.feed.events_url == tier.kv_events
+            && s.feed.replay_url == tier.kv_replay
+            && s.feed.block_size == kv.block_size
+    });
+    let settings = feed_settings(Some(kv), ec.routing.cache_tokens);
+    if let Some(s) = &kept {
+        s.feed.update(settings);
+    }
+    kept.or_else(|| {
+        Subscription::start(Feed::new(
+            (&ec.name, "shared_tier"),
+            &tier.kv_events,
+            tier.kv_replay.as_deref(),
+            settings,
+        ))
+        .map(Arc::new)
+    })
+}
