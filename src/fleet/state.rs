@@ -26,6 +26,9 @@ pub struct Runtime {
     pub proxies: crate::fleet::client::Proxies,
     /// Authentication, tenant limits and salts; counters carried across reloads.
     pub tenancy: Arc<crate::tenancy::Tenancy>,
+    /// Routing and fair-queue state shared with the other replicas
+    /// (`cluster.sync_ms`); kept across reloads with the cluster.
+    pub peers: Option<Arc<super::peers::Peers>>,
     /// Instances this build added to running endpoints, to be warmed:
     /// (endpoint name, instance).
     joined: Vec<(String, Arc<Instance>)>,
@@ -66,6 +69,12 @@ impl Runtime {
                 .cloned()
                 .or_else(|| crate::tenancy::cluster::Cluster::start(c))
         });
+        let peers = cluster.as_ref().and_then(|c| {
+            previous
+                .and_then(|p| p.peers.clone())
+                .filter(|old| Arc::ptr_eq(&old.cluster, c))
+                .or_else(|| super::peers::Peers::new(c))
+        });
         let tenancy =
             crate::tenancy::Tenancy::build(&config.tenancy, previous.map(|p| &*p.tenancy), cluster);
         Ok(Self {
@@ -76,6 +85,7 @@ impl Runtime {
             client,
             proxies,
             tenancy: Arc::new(tenancy),
+            peers,
             joined,
         })
     }

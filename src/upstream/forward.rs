@@ -120,6 +120,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             continue;
         }
         instance.series.response_headers(took);
+        share_placement(f.runtime, &f.input, instance, &dispatch, status);
         let outcome = Outcome::new(instance, reason, attempt);
         let from_events = seen.get(idx).is_some_and(|s| s.from_events);
         return Ok((
@@ -135,6 +136,23 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         ));
     }
     Err(failed.into_error(&ep, &plan, &loads))
+}
+
+/// A placement `longest_prefix` remembers, told to the other replicas
+/// (`fleet::peers`) once the instance has taken the request. `kv_aware`'s
+/// replicas learn the same from the engines' events.
+fn share_placement(
+    runtime: &Runtime,
+    input: &RouteInput,
+    instance: &Instance,
+    dispatch: &Dispatch<'_>,
+    status: StatusCode,
+) {
+    let Some(peers) = &runtime.peers else { return };
+    let strategy = input.endpoint.config.routing.strategy;
+    if status.is_success() && dispatch.inserted().is_some() && !strategy.uses_events() {
+        peers.routed(input.endpoint.name(), &instance.id, &input.chain);
+    }
 }
 
 impl Outcome {

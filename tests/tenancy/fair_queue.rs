@@ -254,6 +254,37 @@ async fn a_tenant_cannot_raise_its_own_priority() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_priority_header_is_judged_the_same_with_the_queue_off() {
+    let (up, gw, _) = saturated(Duration::from_millis(10), "  enabled: false\n").await;
+    let send = |key: &'static str, priority: &'static str| {
+        let gw = &gw;
+        async move {
+            client()
+                .post(gw.url("/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .header("x-kvgate-priority", priority)
+                .bearer_auth(format!("sk-{key}"))
+                .body(serde_json::to_vec(&ask("p")).unwrap())
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(
+        send("a", "high").await,
+        403,
+        "a tenant not allowed the header"
+    );
+    assert_eq!(send("picky", "high").await, 403, "above its own");
+    assert_eq!(send("picky", "urgent").await, 400);
+    assert_eq!(up.seen().len(), 0, "nothing refused was forwarded");
+    assert_eq!(send("picky", "low").await, 200);
+    assert_eq!(up.seen().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_reporting_waiting_requests_is_saturated_and_the_rest_wait_in_the_gateway() {
     // An engine that runs one sequence at a time, 40 output tokens at 25 ms.
     let cfg = kvgate_sim::SimConfig {

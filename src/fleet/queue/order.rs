@@ -22,8 +22,11 @@ use crate::tenancy::priority::Priority;
 /// One tenant's waiting requests and its counter.
 #[derive(Debug)]
 struct Tenant<W> {
-    /// Weighted service ÷ the tenant's weight.
+    /// Weighted service ÷ the tenant's weight: this replica's and, with
+    /// replicas sharing (`fleet::peers`), the others'.
     service: f64,
+    /// What this replica alone has counted of it, ever (shared with the others).
+    own: f64,
     /// Waiting requests by priority (index: [`slot`]), oldest first.
     waiting: [VecDeque<(u64, W)>; 3],
 }
@@ -32,6 +35,7 @@ impl<W> Default for Tenant<W> {
     fn default() -> Self {
         Self {
             service: 0.0,
+            own: 0.0,
             waiting: Default::default(),
         }
     }
@@ -154,9 +158,35 @@ impl<W> Order<W> {
             .entry(Arc::from(tenant))
             .or_insert_with(|| Tenant {
                 service: lift,
-                waiting: Default::default(),
+                ..Tenant::default()
             });
-        t.service += weighted / weight.max(1e-9);
+        let served = weighted / weight.max(1e-9);
+        t.service += served;
+        t.own += served;
+    }
+
+    /// Service the other replicas gave `tenant` (already ÷ its weight) since
+    /// the last round: it counts here as if served here, but is not this
+    /// replica's to share.
+    pub fn peer_served(&mut self, tenant: &str, served: f64) {
+        let lift = self.floor;
+        let t = self
+            .tenants
+            .entry(Arc::from(tenant))
+            .or_insert_with(|| Tenant {
+                service: lift,
+                ..Tenant::default()
+            });
+        t.service += served;
+    }
+
+    /// Every tenant's service as this replica alone counted it.
+    pub fn own_service(&self) -> Vec<(String, f64)> {
+        self.tenants
+            .iter()
+            .filter(|(_, t)| t.own > 0.0)
+            .map(|(name, t)| (name.to_string(), t.own))
+            .collect()
     }
 
     /// Count service to a request served at once, nobody waiting: the
@@ -168,7 +198,9 @@ impl<W> Order<W> {
             t.service = t.service.max(floor);
         }
         let before = t.service;
-        t.service += weighted / weight.max(1e-9);
+        let served = weighted / weight.max(1e-9);
+        t.service += served;
+        t.own += served;
         self.floor = self.floor.max(before);
     }
 
