@@ -219,6 +219,7 @@ async fn main() -> anyhow::Result<()> {
         setup.regime = regime;
         for &n in &args.replicas {
             setup.gateways = n;
+            setup.separate_processes = replica_run;
             eprintln!(
                 "{}: {} requests, {} KV tokens an instance, {n} gateway replica(s)",
                 setup.id,
