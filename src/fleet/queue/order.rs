@@ -295,6 +295,29 @@ mod tests {
     }
 
     #[test]
+    fn service_other_replicas_gave_orders_tenants_here_but_is_not_shared_again() {
+        let mut o = Order::default();
+        o.charge("flood", 100.0, 1.0);
+        o.charge("steady", 100.0, 1.0);
+        o.push("flood", Priority::Normal, "f");
+        o.push("steady", Priority::Normal, "s");
+        // Both backlogged; the flood was served 900 more at the other replicas.
+        o.peer_served("flood", 900.0);
+        assert_eq!(order(&mut o), ["s", "f"], "the fleet's service decides");
+        assert_eq!(o.service("flood"), 1000.0);
+        let mut own = o.own_service();
+        own.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            own,
+            [("flood".to_owned(), 100.0), ("steady".to_owned(), 100.0)],
+            "what the others counted is theirs to share"
+        );
+        // A tenant first seen through the others rejoins at the mark, not at 0.
+        o.peer_served("new", 5.0);
+        assert_eq!(o.service("new"), 1005.0);
+    }
+
+    #[test]
     fn removal_and_drain() {
         let mut o = Order::default();
         let id = o.push("a", Priority::Low, 1);
