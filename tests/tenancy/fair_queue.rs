@@ -76,7 +76,8 @@ fn arrivals(up: &Upstream) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_requests_go_by_priority_then_least_service_then_arrival() {
-    let (up, gw, _) = saturated(Duration::from_millis(300), "").await;
+    // Long enough that all five queue behind a0 on a busy machine.
+    let (up, gw, _) = saturated(Duration::from_millis(1000), "").await;
     let mut jobs = vec![spawn(&gw, "/v1/chat/completions", "a", ask("a0"))];
     eventually("a0 holds the slot", || up.seen().len() == 1).await;
     for (n, (key, tag)) in [
