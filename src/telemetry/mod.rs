@@ -59,6 +59,7 @@ pub const CLUSTER_PEERS: &str = "kvgate_cluster_peers";
 pub const CLUSTER_ROUTED: &str = "kvgate_cluster_routed_total";
 pub const CLUSTER_CATCH_UP: &str = "kvgate_cluster_catch_up_seconds";
 pub const ENGINE_READINGS: &str = "kvgate_engine_readings_total";
+pub const USAGE_REFUSED: &str = "kvgate_usage_refused_total";
 pub const QUEUE_WAITING: &str = "kvgate_queue_waiting";
 pub const QUEUE_WAIT: &str = "kvgate_queue_wait_seconds";
 pub const QUEUE_RELEASED: &str = "kvgate_queue_released_total";
@@ -277,6 +278,10 @@ fn describe() {
     describe_counter!(
         ENGINE_READINGS,
         "Readings of the engines' /metrics for routing and queueing, by endpoint, upstream and outcome (ok, failed: routed on the gateway's own counts)"
+    );
+    describe_counter!(
+        USAGE_REFUSED,
+        "Answers whose usage.prompt_tokens was missing, zero or absurd for their prompt: not learned from (tokens a character)"
     );
     describe_counter!(
         CLUSTER_FALLBACK,

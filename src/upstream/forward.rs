@@ -220,7 +220,7 @@ async fn answer(
         .filter(|_| !from_events)
         .map(|inserted| Calibration {
             inserted,
-            block_tokens: kvgate_routing::cost::block_tokens(ep.config.routing.block_chars) as u64,
+            block_tokens: ep.density.block_tokens(ep.config.routing.block_chars),
             prompt_tokens: input.prompt_tokens,
         });
     let guard = dispatch.into_guard();
@@ -235,9 +235,21 @@ async fn answer(
         guard,
         (keepalive, server.timeouts.idle),
         (input.stream, issuer),
-        (input.admission.clone(), calibration),
+        (input.admission.clone(), calibration, units(input)),
         (started, input.route),
     )
+}
+
+/// What the answer's usage teaches of the engine's tokens a character: the
+/// prompt's characters, when the gateway saw it whole, on a route whose
+/// `prompt_tokens` counts that prompt (generation, not embeddings).
+fn units(input: &RouteInput) -> Option<(Arc<kvgate_routing::units::Density>, u64)> {
+    let generates = matches!(
+        input.route,
+        Route::Chat | Route::Completions | Route::Messages | Route::Responses
+    );
+    let chars = input.prompt_chars.filter(|_| generates)?;
+    Some((Arc::clone(&input.endpoint.density), chars))
 }
 
 /// Why no instance took the request, as the last attempt left it.
