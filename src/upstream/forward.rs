@@ -243,7 +243,7 @@ async fn answer(
 /// What the answer's usage teaches of the engine's tokens a character: the
 /// prompt's characters, when the gateway saw it whole, on a route whose
 /// `prompt_tokens` counts that prompt (generation, not embeddings).
-fn units(input: &RouteInput) -> Option<(Arc<kvgate_routing::units::Density>, u64)> {
+fn units(input: &RouteInput) -> Option<super::respond::Units> {
     let generates = matches!(
         input.route,
         Route::Chat | Route::Completions | Route::Messages | Route::Responses

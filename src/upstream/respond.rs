@@ -42,17 +42,17 @@ impl Calibration {
     }
 }
 
+/// What an answer's usage teaches of its engine's tokens a character: the
+/// endpoint's estimate and the prompt's characters.
+pub type Units = (Arc<kvgate_routing::units::Density>, u64);
+
 /// Turn the upstream response into the client's, streaming the body through.
 pub fn client_response(
     upstream: axum::http::Response<hyper::body::Incoming>,
     guard: InflightGuard,
     (keepalive, idle): (Option<Duration>, Duration),
     (stream_requested, issuer): (bool, Option<Issuer>),
-    (admission, calibration, units): (
-        Option<Arc<Admission>>,
-        Option<Calibration>,
-        Option<(Arc<kvgate_routing::units::Density>, u64)>,
-    ),
+    (admission, calibration, units): (Option<Arc<Admission>>, Option<Calibration>, Option<Units>),
     (started, route): (Instant, Route),
 ) -> Response {
     let status = upstream.status();
