@@ -256,7 +256,13 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     if replica_run {
-        let md = args.out.join("replicas.md");
+        // Messages alone has its own file, so both APIs' runs can stand.
+        let name = if apis == [Api::Messages] {
+            "replicas-messages.md"
+        } else {
+            "replicas.md"
+        };
+        let md = args.out.join(name);
         std::fs::write(&md, report::replicas::markdown(&ctx, &results))?;
         eprintln!("wrote {}", md.display());
         return Ok(());
