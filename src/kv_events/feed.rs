@@ -12,7 +12,10 @@
 //! no longer reaching back to batch 0, or a gap replay could not fill), so
 //! blocks the engine already held are unknown, and new blocks under them are
 //! dropped (their parent is unknown). It stays partial until `silence` has
-//! passed with no such orphaned block.
+//! passed with no such orphaned block. Replaying: the subscriber is catching
+//! up (first contact, a reconnection, a restart, a gap, or recovering after
+//! shedding), so the index is not yet what the engine holds: the instance is
+//! routed as unknown until the catch-up ends.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,6 +47,8 @@ pub struct Counters {
     pub gaps: AtomicU64,
     pub replays: AtomicU64,
     pub resets: AtomicU64,
+    /// Batches read off the socket and not applied (overload; see `subscriber`).
+    pub shed: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -74,6 +79,8 @@ pub enum Trust {
     Silent,
     /// The index missed part of the publisher's history (see the module docs).
     Partial,
+    /// The subscriber is catching up from the replay socket.
+    Replaying,
 }
 
 impl Trust {
@@ -87,6 +94,7 @@ impl Trust {
             Self::Disconnected => "disconnected",
             Self::Silent => "silent",
             Self::Partial => "partial",
+            Self::Replaying => "replaying",
         }
     }
 }
@@ -99,6 +107,8 @@ pub struct Feed {
     pub replay_url: Option<String>,
     pub counters: Counters,
     connected: AtomicBool,
+    /// A catch-up is under way (see [`Trust::Replaying`]).
+    replaying: AtomicBool,
     /// The last `trust` found it silent (to log the change once).
     was_silent: AtomicBool,
     /// A block size other than the endpoint's was reported (logged once).
@@ -123,6 +133,7 @@ impl Feed {
             replay_url: replay_url.map(str::to_owned),
             counters: Counters::default(),
             connected: AtomicBool::new(false),
+            replaying: AtomicBool::new(false),
             was_silent: AtomicBool::new(false),
             warned_block_size: AtomicBool::new(false),
             block_size: settings.block_size,
@@ -170,6 +181,9 @@ impl Feed {
     pub fn trust(&self, now: Instant) -> Trust {
         if !self.connected.load(Ordering::Relaxed) {
             return Trust::Disconnected;
+        }
+        if self.replaying.load(Ordering::Acquire) {
+            return Trust::Replaying;
         }
         let mut st = self.lock();
         let silence = self.silence();
@@ -290,11 +304,32 @@ impl Feed {
         telemetry::kv_held(&self.labels.0, &self.labels.1, 0);
     }
 
-    /// Start over from an empty index (first contact), counting nothing.
+    /// Start over from an empty index (first contact, a reconnection) and
+    /// route the instance as unknown until the catch-up ends; an index that
+    /// held blocks counts as reset.
     pub fn start_over(&self) {
-        let mut st = self.lock();
-        st.index.clear();
-        st.partial_since = None;
+        self.catching_up(true);
+        let held = {
+            let mut st = self.lock();
+            let held = st.index.len();
+            st.index.clear();
+            st.partial_since = None;
+            held
+        };
+        if held > 0 {
+            self.emptied();
+        }
+    }
+
+    /// A catch-up began (`true`) or ended.
+    pub fn catching_up(&self, on: bool) {
+        self.replaying.store(on, Ordering::Release);
+    }
+
+    /// A batch read off the socket and not applied.
+    pub fn shed(&self) {
+        self.counters.shed.fetch_add(1, Ordering::Relaxed);
+        telemetry::kv_shed(&self.labels.0, &self.labels.1);
     }
 
     /// The index missed part of the history: from now it is partial

@@ -2,10 +2,12 @@
 //! ZeroMQ publisher (`--kv-events-config`), for the `kv_aware` strategy.
 //!
 //! [`wire`] decodes vLLM's messages, [`feed::Feed`] holds one publisher's
-//! index and trust, [`subscriber`] is the task that keeps it current. The
+//! index and trust, [`subscriber`] is the task that keeps it current and
+//! [`replay`] reads spans of a publisher's history. The
 //! index itself is pure (`kvgate_routing::held`).
 
 pub mod feed;
+pub mod replay;
 pub mod subscriber;
 pub mod wire;
 

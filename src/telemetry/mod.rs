@@ -43,6 +43,7 @@ pub const KV_EVENTS_APPLIED: &str = "kvgate_kv_events_applied_total";
 pub const KV_EVENTS_DROPPED: &str = "kvgate_kv_events_dropped_total";
 pub const KV_SEQUENCE: &str = "kvgate_kv_event_sequence_total";
 pub const KV_HELD_BLOCKS: &str = "kvgate_kv_held_blocks";
+pub const KV_SHED: &str = "kvgate_kv_shed_batches_total";
 pub const KV_FALLBACK: &str = "kvgate_kv_fallback_total";
 pub const KV_FALLBACK_INSTANCES: &str = "kvgate_kv_fallback_instances";
 pub const KV_UNTOKENIZED: &str = "kvgate_kv_untokenized_total";
@@ -206,6 +207,10 @@ fn describe() {
         "Blocks the instance's KV events say it holds"
     );
     describe_counter!(
+        KV_SHED,
+        "KV-event batches read off the socket and not applied, to catch up after an overload"
+    );
+    describe_counter!(
         KV_FALLBACK,
         "kv_aware decisions that used the approximate index for the instance, by reason"
     );
@@ -293,6 +298,12 @@ pub fn kv_events(endpoint: &str, instance: &str, applied: u64, dropped: u64) {
 /// index reset ("reset": restart, AllBlocksCleared, unfillable gap).
 pub fn kv_sequence(endpoint: &str, instance: &str, what: &'static str) {
     counter!(KV_SEQUENCE, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "event" => what)
+        .increment(1);
+}
+
+/// A KV-event batch shed at the socket (the instance recovers by a replay).
+pub fn kv_shed(endpoint: &str, instance: &str) {
+    counter!(KV_SHED, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .increment(1);
 }
 
