@@ -12,7 +12,9 @@
 //! or an answer that stalls, is such a loss: the reader asks again from the
 //! batch it needs next, in as many chunks as it takes, within a time budget.
 //! Only a first answer that starts past the batch asked for means the history
-//! itself is gone.
+//! itself is gone. An answer long enough to have met the limit is confirmed
+//! by one more request from where it ended, since its tail may have been lost
+//! while the end marker got through.
 
 use std::time::{Duration, Instant};
 
@@ -27,6 +29,10 @@ const FIRST_ANSWER: Duration = Duration::from_secs(2);
 const STALL: Duration = Duration::from_millis(500);
 /// How long one replay, all its chunks together, may take.
 const BUDGET: Duration = Duration::from_secs(30);
+/// An answer this long may have lost its tail to the high-water mark and
+/// still ended with the end marker (the queue drained in time for it): it is
+/// confirmed by asking once more from the batch after it.
+const LONG_ANSWER: u64 = 500;
 
 /// How a replay ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +92,7 @@ pub async fn replay(feed: &Feed, from: u64, to: Option<u64>, skip_missing: bool)
     let mut short = false;
     loop {
         r.chunks += 1;
+        let asked = next;
         let chunk = tokio::time::timeout_at(
             deadline.into(),
             chunk(feed, url, &mut next, to, &mut r.last),
@@ -94,6 +101,7 @@ pub async fn replay(feed: &Feed, from: u64, to: Option<u64>, skip_missing: bool)
         .unwrap_or(Chunk::Lost);
         match chunk {
             Chunk::Reached => break,
+            Chunk::End if next - asked >= LONG_ANSWER => {}
             Chunk::End if to.is_none_or(|to| next >= to) => break,
             // The buffer ends before the batch that revealed the gap: it was
             // restarted or cleared meanwhile.

@@ -44,7 +44,7 @@ const CONNECT_ATTEMPT: Duration = Duration::from_secs(1);
 /// Pause between attempts to reach a publisher that is down.
 const RETRY: Duration = Duration::from_millis(250);
 /// A gap within this long of the last catch-up means ingestion is behind.
-const OVERLOAD: Duration = Duration::from_secs(1);
+const OVERLOAD: Duration = Duration::from_secs(2);
 /// The first shedding hold; it doubles per consecutive episode, up to 64×.
 const HOLD: Duration = Duration::from_millis(250);
 

@@ -123,8 +123,9 @@ fn one_block(p: &Publisher, i: u64) -> rmpv::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_cut_short_by_the_send_limit_is_continued_and_routed_as_unknown_until_whole() {
     // vLLM's ROUTER drops what exceeds its high-water mark of 1,000: the
-    // rest of the answer and its end marker, or a stretch in the middle.
-    for lost in [(1000, usize::MAX), (1000, 400)] {
+    // rest of the answer and its end marker, a stretch in the middle, or
+    // the tail of a later answer while its end marker gets through.
+    for lost in [(1000, usize::MAX), (1000, 400), (1000, 500)] {
         let ups = upstreams(2).await;
         let mut pubs = super::kv_aware::publishers(2, Encoding::Map).await;
         *pubs[1].answer.lock().unwrap() = Answer {
@@ -216,11 +217,12 @@ async fn gaps_that_keep_coming_are_shed_and_recovered_once() {
     let docs: Vec<Value> = (0..3).map(|i| chat(&format!("shed {i}"))).collect();
     let holder = not_the_cold_choice(&gw, None, &docs[0], 2).await;
     let id = format!("u{holder}");
+    let ids: Vec<Vec<u32>> = docs.iter().map(tokens).collect();
     let p = &mut pubs[holder];
     // Two gaps back to back (the publisher dropping what the gateway did not
     // read in time), then batches that arrive while it sheds.
-    for (i, doc) in docs.iter().enumerate() {
-        let stored = p.stored(100 * (i as u64 + 1), None, &tokens(doc), 16, None);
+    for (i, ids) in ids.iter().enumerate() {
+        let stored = p.stored(100 * (i as u64 + 1), None, ids, 16, None);
         let live = i == 2;
         p.batch(vec![stored], live).await;
         p.send(vec![]).await;
