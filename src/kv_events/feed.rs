@@ -117,6 +117,7 @@ pub struct Feed {
     pub block_size: usize,
     /// `silence`, in ms (reloads change it in place).
     silence_ms: AtomicU64,
+    series: telemetry::KvSeries,
     state: Mutex<State>,
 }
 
@@ -129,6 +130,7 @@ impl Feed {
     ) -> Self {
         Self {
             labels: (endpoint.to_owned(), instance.to_owned()),
+            series: telemetry::KvSeries::new(endpoint, instance),
             events_url: events_url.to_owned(),
             replay_url: replay_url.map(str::to_owned),
             counters: Counters::default(),
@@ -301,7 +303,7 @@ impl Feed {
     /// Count a reset of the index, now empty.
     fn emptied(&self) {
         self.sequence("reset");
-        telemetry::kv_held(&self.labels.0, &self.labels.1, 0);
+        self.series.held.set(0.0);
     }
 
     /// Start over from an empty index (first contact, a reconnection) and
@@ -361,7 +363,7 @@ impl Feed {
     /// A message that could not be read at all.
     pub fn malformed(&self) {
         self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-        telemetry::kv_events(&self.labels.0, &self.labels.1, 0, 1);
+        self.series.dropped.increment(1);
     }
 
     pub fn apply(&self, batch: &Batch, now: Instant) {
@@ -445,9 +447,11 @@ impl Feed {
         drop(st);
         c.applied.fetch_add(applied, Ordering::Relaxed);
         c.dropped.fetch_add(dropped, Ordering::Relaxed);
-        let (ep, inst) = (&self.labels.0, &self.labels.1);
-        telemetry::kv_events(ep, inst, applied, dropped);
-        telemetry::kv_held(ep, inst, held);
+        self.series.applied.increment(applied);
+        if dropped > 0 {
+            self.series.dropped.increment(dropped);
+        }
+        self.series.held.set(held as f64);
         if cleared {
             self.sequence("reset");
         }

@@ -7,6 +7,7 @@
 //! index itself is pure (`kvgate_routing::held`).
 
 pub mod feed;
+mod msgpack;
 pub mod replay;
 pub mod subscriber;
 pub mod wire;

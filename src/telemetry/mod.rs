@@ -283,15 +283,29 @@ pub fn config_reload(ok: bool) {
     counter!(CONFIG_RELOADS, "result" => if ok { "ok" } else { "error" }).increment(1);
 }
 
-/// KV events of one batch, applied and dropped (blocks; dropped also counts
-/// undecodable messages and unknown events).
-pub fn kv_events(endpoint: &str, instance: &str, applied: u64, dropped: u64) {
-    let labels = [
-        ("endpoint", endpoint.to_owned()),
-        ("upstream", instance.to_owned()),
-    ];
-    counter!(KV_EVENTS_APPLIED, &labels).increment(applied);
-    counter!(KV_EVENTS_DROPPED, &labels).increment(dropped);
+/// One KV feed's per-batch series, registered once: a batch then costs an
+/// atomic add each rather than a registry lookup with its labels.
+#[derive(Debug, Clone)]
+pub struct KvSeries {
+    pub applied: metrics::Counter,
+    pub dropped: metrics::Counter,
+    pub held: metrics::Gauge,
+}
+
+impl KvSeries {
+    pub fn new(endpoint: &str, instance: &str) -> Self {
+        // Handles taken before the recorder is installed would record nowhere.
+        let _ = handle();
+        let labels = [
+            ("endpoint", endpoint.to_owned()),
+            ("upstream", instance.to_owned()),
+        ];
+        Self {
+            applied: counter!(KV_EVENTS_APPLIED, &labels),
+            dropped: counter!(KV_EVENTS_DROPPED, &labels),
+            held: gauge!(KV_HELD_BLOCKS, &labels),
+        }
+    }
 }
 
 /// A sequence gap (`what` = "gap"), a replay that filled one ("replay"), or an
@@ -305,12 +319,6 @@ pub fn kv_sequence(endpoint: &str, instance: &str, what: &'static str) {
 pub fn kv_shed(endpoint: &str, instance: &str) {
     counter!(KV_SHED, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .increment(1);
-}
-
-/// Blocks an instance's events say it holds.
-pub fn kv_held(endpoint: &str, instance: &str, blocks: usize) {
-    gauge!(KV_HELD_BLOCKS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
-        .set(blocks as f64);
 }
 
 /// A `kv_aware` decision used the approximate index for this instance, and why

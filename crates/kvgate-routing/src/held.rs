@@ -22,8 +22,37 @@
 //! holds it behind a lock.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
-use xxhash_rust::xxh3::Xxh3;
+use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+
+/// A hasher for keys that are hashes already (kvgate's xxh3 keys, engine
+/// block hashes): one multiply and two shifts spread any bits of the key
+/// over the table's index and tag bits. Seedless: engines are trusted and
+/// the keys are not chosen by clients.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Mixed(u64);
+
+impl Hasher for Mixed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(self.0 ^ u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        let x = x ^ (x >> 32);
+        let x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = x ^ (x >> 29);
+    }
+}
+
+/// A map keyed by a hash.
+pub type HashKeyed<V> = HashMap<u64, V, BuildHasherDefault<Mixed>>;
 
 /// A block hash as the engine reported it, folded to 64 bits.
 pub type EngineHash = u64;
@@ -78,7 +107,20 @@ pub fn seed(salt: Option<&str>) -> u64 {
     .seed()
 }
 
+/// Tokens a block may have for its key to be hashed from the stack.
+const STACK_TOKENS: usize = 64;
+
 fn chain(parent: u64, tokens: &[u32]) -> u64 {
+    // One call over `parent ‖ tokens` (little-endian), the same bytes and so
+    // the same hash as feeding them one by one.
+    if tokens.len() <= STACK_TOKENS {
+        let mut buf = [0u8; 8 + 4 * STACK_TOKENS];
+        buf[..8].copy_from_slice(&parent.to_le_bytes());
+        for (dst, t) in buf[8..].chunks_exact_mut(4).zip(tokens) {
+            dst.copy_from_slice(&t.to_le_bytes());
+        }
+        return xxh3_64(&buf[..8 + 4 * tokens.len()]);
+    }
     let mut h = Xxh3::new();
     h.update(&parent.to_le_bytes());
     for t in tokens {
@@ -150,15 +192,15 @@ pub struct Applied {
 
 #[derive(Debug, Default)]
 pub struct HeldIndex {
-    by_engine: HashMap<EngineHash, Node>,
-    held: HashMap<u64, Copies>,
+    by_engine: HashKeyed<Node>,
+    held: HashKeyed<Copies>,
     /// Blocks of prompts sent to the instance whose events have not come yet
     /// (prefill in progress), by how many such prompts carry each: counted
     /// as held so a second request for a prefix being prefilled follows the
     /// first instead of prefilling it again elsewhere. A block leaves when
     /// its BlockStored arrives (from then on events are the truth) or when
     /// the caller gives the prompt up ([`HeldIndex::unexpect`]).
-    expected: HashMap<u64, u32>,
+    expected: HashKeyed<u32>,
     /// Most engine hashes kept; stores beyond it are dropped (a publisher
     /// whose removals are lost must not grow the gateway without bound).
     limit: usize,
@@ -350,7 +392,7 @@ impl HeldIndex {
     }
 }
 
-fn release(held: &mut HashMap<u64, Copies>, key: u64, gpu: bool, cpu: bool) {
+fn release(held: &mut HashKeyed<Copies>, key: u64, gpu: bool, cpu: bool) {
     if let Some(c) = held.get_mut(&key) {
         c.gpu -= u32::from(gpu && c.gpu > 0);
         c.cpu -= u32::from(cpu && c.cpu > 0);

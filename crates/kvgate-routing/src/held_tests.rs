@@ -136,3 +136,18 @@ fn a_prompt_being_prefilled_counts_until_its_events_come() {
     idx.remove(&[1], Medium::Gpu);
     assert_eq!(idx.matched(&keys, None, W).blocks, 0);
 }
+
+#[test]
+fn a_key_hashed_in_one_call_equals_the_same_bytes_fed_one_by_one() {
+    for n in [0usize, 1, 16, 64, 65, 200] {
+        let tokens: Vec<u32> = (0..n as u32)
+            .map(|t| t.wrapping_mul(2_654_435_761))
+            .collect();
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        h.update(&42u64.to_le_bytes());
+        for t in &tokens {
+            h.update(&t.to_le_bytes());
+        }
+        assert_eq!(super::chain(42, &tokens), h.digest(), "{n} tokens");
+    }
+}
