@@ -151,3 +151,47 @@ fn a_key_hashed_in_one_call_equals_the_same_bytes_fed_one_by_one() {
         assert_eq!(super::chain(42, &tokens), h.digest(), "{n} tokens");
     }
 }
+
+#[test]
+fn churn_keeps_the_packed_store_equal_to_a_plain_map() {
+    // Stores and removals in both tiers, in a pseudo-random order: after each
+    // step every block is found by its engine hash and by its key, with the
+    // tiers a plain map of (engine hash → tiers) says.
+    let mut idx = HeldIndex::new(1 << 20);
+    let mut model: std::collections::HashMap<u64, (u64, bool, bool)> = Default::default();
+    let mut x = 0x1234_5678_u64;
+    for step in 0..20_000u32 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let h = (x >> 33) % 512;
+        let medium = if x & 1 == 0 { Medium::Gpu } else { Medium::Cpu };
+        if (x >> 8) % 3 == 0 {
+            idx.remove(&[h], medium);
+            if let Some(e) = model.get_mut(&h) {
+                match medium {
+                    Medium::Gpu => e.1 = false,
+                    Medium::Cpu => e.2 = false,
+                }
+                if !e.1 && !e.2 {
+                    model.remove(&h);
+                }
+            }
+        } else {
+            let tokens = [h as u32; 16];
+            idx.store(&[h], None, &tokens, 16, medium, seed(None));
+            let key = token_keys(seed(None), &tokens, 16, 1)[0];
+            let e = model.entry(h).or_insert((key, false, false));
+            match medium {
+                Medium::Gpu => e.1 = true,
+                Medium::Cpu => e.2 = true,
+            }
+        }
+        if step % 97 == 0 || step == 19_999 {
+            assert_eq!(idx.len(), model.len(), "step {step}");
+            for (h, (key, gpu, _)) in &model {
+                assert_eq!(idx.key_of(*h), Some(*key), "step {step}");
+                let held = idx.matched(&[*key], None, W);
+                assert_eq!((held.blocks, held.gpu_blocks), (1, usize::from(*gpu)));
+            }
+        }
+    }
+}
