@@ -1,6 +1,10 @@
 //! One publisher's view: the [`HeldIndex`] its events build, whether they can
 //! be trusted right now, and the counts `explain` and `/metrics` show. The
-//! subscriber task writes it; request routing reads it.
+//! subscriber task writes it; request routing reads it. Readers and the
+//! writer do not wait for each other: trust and the blocks held are atomics,
+//! and each instance has its own reader-writer lock around its index, taken
+//! by the subscriber for one batch at a time and shared by lookups, so a
+//! lookup waits at most for one batch of that one instance.
 //!
 //! Trust: events are used while the subscription is connected, the publisher
 //! is not *silent* and the index is not *partial*. vLLM sends nothing when
@@ -17,10 +21,11 @@
 //! shedding), so the index is not yet what the engine holds: the instance is
 //! routed as unknown until the catch-up ends.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use super::clock::AtomicTime;
 use super::wire::{Batch, Event};
 use crate::telemetry;
 use kvgate_routing::held::{self, Held, HeldIndex, Scope, TierWeights};
@@ -56,16 +61,24 @@ struct State {
     index: HeldIndex,
     /// Scope and send time of prompts whose first block the instance did not hold.
     pending: lru::LruCache<u64, (Scope, Instant)>,
-    last_batch: Option<Instant>,
-    /// Since when the index may lack blocks the engine holds.
-    partial_since: Option<Instant>,
     /// Prompts expected (see `HeldIndex::expect`), oldest first, with when they were sent.
     expecting: std::collections::VecDeque<(Instant, std::sync::Arc<[u64]>)>,
+}
+
+/// What routing reads of a feed besides its index, kept in atomics so that
+/// it never waits for the subscriber: trust and the blocks held.
+#[derive(Debug, Default)]
+struct Times {
+    last_batch: AtomicTime,
+    /// Since when the index may lack blocks the engine holds.
+    partial_since: AtomicTime,
     /// The last stored block dropped for an unknown parent.
-    last_orphan: Option<Instant>,
+    last_orphan: AtomicTime,
     /// The oldest request sent since the last batch that should make the
     /// instance store blocks.
-    awaiting: Option<Instant>,
+    awaiting: AtomicTime,
+    /// The index's length after the subscriber's last change.
+    held: AtomicUsize,
 }
 
 /// Why an instance's figures come from where they do.
@@ -118,7 +131,10 @@ pub struct Feed {
     /// `silence`, in ms (reloads change it in place).
     silence_ms: AtomicU64,
     series: telemetry::KvSeries,
-    state: Mutex<State>,
+    times: Times,
+    /// One lock an instance: the subscriber writes a batch at a time,
+    /// routing's lookups share it (see `matched`).
+    state: RwLock<State>,
 }
 
 impl Feed {
@@ -142,17 +158,14 @@ impl Feed {
             silence_ms: AtomicU64::new(
                 u64::try_from(settings.silence.as_millis()).unwrap_or(u64::MAX),
             ),
-            state: Mutex::new(State {
+            times: Times::default(),
+            state: RwLock::new(State {
                 index: HeldIndex::new(settings.limit),
                 pending: lru::LruCache::new(
                     std::num::NonZeroUsize::new(PENDING_SALTS)
                         .unwrap_or(std::num::NonZeroUsize::MIN),
                 ),
-                last_batch: None,
-                partial_since: None,
                 expecting: std::collections::VecDeque::new(),
-                last_orphan: None,
-                awaiting: None,
             }),
         }
     }
@@ -168,12 +181,25 @@ impl Feed {
         self.lock().index.set_limit(settings.limit);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::RwLockWriteGuard<'_, State> {
         // A panic while holding it cannot leave the index half-updated in a
         // way that matters for routing; keep serving.
         self.state
-            .lock()
+            .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Publish the index's length to readers (under the write lock).
+    fn held_now(&self, st: &State) -> usize {
+        let n = st.index.len();
+        self.times.held.store(n, Ordering::Relaxed);
+        n
     }
 
     pub fn set_connected(&self, up: bool) {
@@ -187,22 +213,22 @@ impl Feed {
         if self.replaying.load(Ordering::Acquire) {
             return Trust::Replaying;
         }
-        let mut st = self.lock();
+        let t = &self.times;
         let silence = self.silence();
         let within =
             |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) < silence);
-        if st.partial_since.is_some() {
-            if within(st.partial_since) || within(st.last_orphan) {
+        if let Some(since) = t.partial_since.get() {
+            if within(Some(since)) || within(t.last_orphan.get()) {
                 return Trust::Partial;
             }
-            st.partial_since = None;
+            t.partial_since.clear_if(since);
             tracing::info!(endpoint = %self.labels.0, instance = %self.labels.1, "KV event index complete again");
         }
-        let silent = st
+        let silent = t
             .awaiting
+            .get()
             .is_some_and(|t| now.saturating_duration_since(t) > silence);
-        let age = st.last_batch.map(|t| now.saturating_duration_since(t));
-        drop(st);
+        let age = t.last_batch.get().map(|t| now.saturating_duration_since(t));
         if self.was_silent.swap(silent, Ordering::Relaxed) != silent {
             if silent {
                 tracing::warn!(endpoint = %self.labels.0, instance = %self.labels.1, events = %self.events_url, silence = ?silence, "KV events went silent after requests that must store blocks; approximate index until they resume");
@@ -218,19 +244,31 @@ impl Feed {
     }
 
     pub fn held_blocks(&self) -> usize {
-        self.lock().index.len()
+        self.times.held.load(Ordering::Relaxed)
     }
 
+    /// How much of `keys` the instance holds. Lookups share the instance's
+    /// lock: they wait only while the subscriber applies one batch to this
+    /// instance, never for each other (nor for other instances' batches).
     pub fn matched(&self, keys: &[u64], shared: Option<&Feed>, w: TierWeights) -> Held {
-        let mut st = self.lock();
-        if !st.expecting.is_empty() {
-            expire(&mut st, Instant::now(), self.silence());
+        let now = Instant::now();
+        let silence = self.silence();
+        let stale = |st: &State| {
+            st.expecting
+                .front()
+                .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= silence)
+        };
+        let mut st = self.read();
+        if stale(&st) {
+            drop(st);
+            expire(&mut self.lock(), now, silence);
+            st = self.read();
         }
         match shared {
             // Two locks, always this one first, and the shared feed never
             // takes an instance's: no cycle.
             Some(s) if !std::ptr::eq(s, self) => {
-                let sh = s.lock();
+                let sh = s.read();
                 st.index.matched(keys, Some(&sh.index), w)
             }
             _ => st.index.matched(keys, None, w),
@@ -264,21 +302,18 @@ impl Feed {
                 st.pending.put(*root, (scope.clone(), now));
             }
         }
+        drop(st);
         let connected = self.connected.load(Ordering::Relaxed);
-        if new_blocks && connected && st.awaiting.is_none() {
-            st.awaiting = Some(now);
-            return Some(now);
-        }
-        None
+        (new_blocks && connected && self.times.awaiting.set_if_none(now)).then_some(now)
     }
 
     /// The request that started the wait (`since`, if it did) and carried
     /// `keys` did no work (refused, failed): nothing is to be expected from it.
     pub fn withdraw(&self, since: Option<Instant>, keys: &std::sync::Arc<[u64]>) {
-        let mut st = self.lock();
-        if since.is_some() && st.awaiting == since {
-            st.awaiting = None;
+        if let Some(since) = since {
+            self.times.awaiting.clear_if(since);
         }
+        let mut st = self.lock();
         if let Some(pos) = st
             .expecting
             .iter()
@@ -295,7 +330,8 @@ impl Feed {
         {
             let mut st = self.lock();
             st.index.clear();
-            st.partial_since = None;
+            self.held_now(&st);
+            self.times.partial_since.set(None);
         }
         self.emptied();
     }
@@ -315,7 +351,8 @@ impl Feed {
             let mut st = self.lock();
             let held = st.index.len();
             st.index.clear();
-            st.partial_since = None;
+            self.held_now(&st);
+            self.times.partial_since.set(None);
             held
         };
         if held > 0 {
@@ -337,12 +374,12 @@ impl Feed {
     /// The index missed part of the history: from now it is partial
     /// (`clear`: and what it held can no longer be trusted either).
     pub fn partial(&self, clear: bool, now: Instant) {
-        let mut st = self.lock();
         if clear {
+            let mut st = self.lock();
             st.index.clear();
+            self.held_now(&st);
         }
-        st.partial_since = Some(now);
-        drop(st);
+        self.times.partial_since.set(Some(now));
         if clear {
             self.emptied();
         }
@@ -369,8 +406,8 @@ impl Feed {
     pub fn apply(&self, batch: &Batch, now: Instant) {
         let mut st = self.lock();
         expire(&mut st, now, self.silence());
-        st.last_batch = Some(now);
-        st.awaiting = None;
+        self.times.last_batch.set(Some(now));
+        self.times.awaiting.set(None);
         let c = &self.counters;
         c.batches.fetch_add(1, Ordering::Relaxed);
         let (mut applied, mut dropped, mut cleared) = (0u64, 0u64, false);
@@ -430,7 +467,7 @@ impl Feed {
                     applied += a.stored as u64;
                     dropped += a.dropped as u64;
                     if a.orphaned > 0 {
-                        st.last_orphan = Some(now);
+                        self.times.last_orphan.set(Some(now));
                     }
                 }
                 Event::Removed { hashes, medium } => {
@@ -443,7 +480,7 @@ impl Feed {
                 Event::Unknown => dropped += 1,
             }
         }
-        let held = st.index.len();
+        let held = self.held_now(&st);
         drop(st);
         c.applied.fetch_add(applied, Ordering::Relaxed);
         c.dropped.fetch_add(dropped, Ordering::Relaxed);

@@ -6,6 +6,7 @@
 //! [`replay`] reads spans of a publisher's history. The
 //! index itself is pure (`kvgate_routing::held`).
 
+mod clock;
 pub mod feed;
 mod msgpack;
 pub mod replay;

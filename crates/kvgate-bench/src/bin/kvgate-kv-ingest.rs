@@ -56,6 +56,11 @@ struct Args {
     /// report memory.
     #[arg(long)]
     fill: bool,
+    /// Also time routing's look at every instance (trust, match of a
+    /// 128-block prompt, held blocks), once a millisecond on another thread:
+    /// idle for a second before publishing, then while the events pour in.
+    #[arg(long)]
+    decisions: bool,
     /// Internal: run as the publishing child.
     #[arg(long, hide = true)]
     child: bool,
@@ -86,6 +91,56 @@ fn hashes(out: &mut Vec<u8>, e: u64, p: usize) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The token ids payload `p` of engine seed `e` stores.
+fn tokens(e: u64, p: usize) -> Vec<u64> {
+    (0..BLOCKS_A_BATCH * BLOCK)
+        .map(|t| mix(e ^ ((p * 4096 + t) as u64) ^ 0x5eed) % 150_000)
+        .collect()
+}
+
+/// Routing's look at every instance, as `Endpoint::view` takes it; its time.
+fn decision(feeds: &[Arc<Feed>], keys: &[u64]) -> Duration {
+    let w = kvgate_routing::held::TierWeights { cpu: 0.8, l2: 0.5 };
+    let t = Instant::now();
+    let mut n = 0usize;
+    for f in feeds {
+        if f.trust(t).is_live() {
+            n += f.matched(keys, None, w).blocks + f.held_blocks();
+        }
+    }
+    std::hint::black_box(n);
+    t.elapsed()
+}
+
+/// Decisions once a millisecond until `stop`; their times.
+fn sample(
+    feeds: &[Arc<Feed>],
+    keys: &[u64],
+    stop: &std::sync::atomic::AtomicBool,
+) -> Vec<Duration> {
+    let mut out = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        out.push(decision(feeds, keys));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    out
+}
+
+fn percentiles(mut v: Vec<Duration>) -> String {
+    v.sort();
+    let at = |q: f64| {
+        v.get(((v.len() as f64 * q) as usize).min(v.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    format!(
+        "{} decisions P50 {:.1} µs P99 {:.1} µs",
+        v.len(),
+        at(0.5).as_secs_f64() * 1e6,
+        at(0.99).as_secs_f64() * 1e6
+    )
+}
+
 /// The payloads an engine cycles through: `2 × held` batches, payload `p`
 /// storing its 16 blocks and removing those of payload `p − held`.
 fn payloads(a: &Args, engine: usize) -> anyhow::Result<Vec<Vec<u8>>> {
@@ -107,9 +162,7 @@ fn payloads(a: &Args, engine: usize) -> anyhow::Result<Vec<Vec<u8>>> {
         write_f64(&mut out, 1.7e9)?;
         write_array_len(&mut out, if remove { 2 } else { 1 })?;
         let parent = (p % PROMPT_BATCHES != 0).then(|| hash(e, p - 1, BLOCKS_A_BATCH - 1));
-        let tokens: Vec<u64> = (0..BLOCKS_A_BATCH * BLOCK)
-            .map(|t| mix(e ^ ((p * 4096 + t) as u64) ^ 0x5eed) % 150_000)
-            .collect();
+        let tokens = tokens(e, p);
         match a.encoding {
             Encoding::Array => {
                 write_array_len(&mut out, 7)?;
@@ -344,6 +397,29 @@ fn main() -> anyhow::Result<()> {
     }
     // Subscriptions travel to the publishers after the connection.
     std::thread::sleep(Duration::from_millis(500));
+    // A prompt of engine 0's first 8 payloads (one chain of 128 blocks).
+    let e0 = if a.distinct { mix(7) } else { 0 };
+    let prompt: Vec<u32> = (0..PROMPT_BATCHES)
+        .flat_map(|p| tokens(e0, p))
+        .map(|t| t as u32)
+        .collect();
+    let keys =
+        kvgate_routing::held::token_keys(kvgate_routing::held::seed(None), &prompt, BLOCK, 128);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let idle = if a.decisions {
+        let (f, k, s) = (feeds.clone(), keys.clone(), Arc::clone(&stop));
+        let h = std::thread::spawn(move || sample(&f, &k, &s));
+        std::thread::sleep(Duration::from_secs(1));
+        stop.store(true, Ordering::Relaxed);
+        Some(percentiles(h.join().unwrap_or_default()))
+    } else {
+        None
+    };
+    stop.store(false, Ordering::Relaxed);
+    let busy = a.decisions.then(|| {
+        let (f, k, s) = (feeds.clone(), keys.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || sample(&f, &k, &s))
+    });
     let (cpu0, rss0, t0) = (cpu_seconds(), rss_bytes(), totals(&feeds));
     writeln!(to_child, "go")?;
     line.clear();
@@ -368,6 +444,8 @@ fn main() -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(20));
     }
     let wall = t0_wall(&line);
+    stop.store(true, Ordering::Relaxed);
+    let busy = busy.map(|h| percentiles(h.join().unwrap_or_default()));
     let (cpu1, rss1, t1) = (cpu_seconds(), rss_bytes(), totals(&feeds));
     let applied = t1.applied - t0.applied;
     let cpu = cpu1 - cpu0;
@@ -389,6 +467,12 @@ fn main() -> anyhow::Result<()> {
         rss1.saturating_sub(rss0) as f64 / t1.held.max(1) as f64,
         rss1.saturating_sub(rss_empty) as f64 / t1.held.max(1) as f64,
     );
+    if let (Some(idle), Some(busy)) = (idle, busy) {
+        println!(
+            "routing's look at {} instances: idle {idle}; under ingestion {busy} (the sampler's own CPU included above)",
+            a.publishers
+        );
+    }
     writeln!(to_child, "done")?;
     let _ = child.wait();
     drop(subs);
