@@ -403,6 +403,17 @@ impl Feed {
         self.series.dropped.increment(1);
     }
 
+    /// Decode and apply one batch's payload.
+    pub fn apply_payload(&self, payload: &[u8]) {
+        match super::wire::decode(payload) {
+            Ok(batch) => self.apply(&batch, Instant::now()),
+            Err(e) => {
+                tracing::warn!(events = %self.events_url, error = %e, "undecodable KV event batch");
+                self.malformed();
+            }
+        }
+    }
+
     pub fn apply(&self, batch: &Batch, now: Instant) {
         let mut st = self.lock();
         expire(&mut st, now, self.silence());

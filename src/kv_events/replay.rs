@@ -197,7 +197,7 @@ async fn chunk(
                 Chunk::Lost
             };
         }
-        super::subscriber::apply(feed, payload);
+        feed.apply_payload(payload);
         *last = Some(seq);
         *next = seq + 1;
         if to.is_some_and(|to| *next >= to) {

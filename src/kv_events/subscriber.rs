@@ -219,7 +219,7 @@ impl Sequence {
             None => {}
         }
         self.last = Some(seq);
-        apply(feed, payload);
+        feed.apply_payload(payload);
     }
 
     /// Replay `from..to`; `fresh`: the index starts empty there.
@@ -285,16 +285,5 @@ impl Sequence {
         self.skip_through = None;
         feed.catching_up(false);
         self.caught_up = Some(Instant::now());
-    }
-}
-
-/// Decode and apply one batch.
-pub(super) fn apply(feed: &Feed, payload: &[u8]) {
-    match wire::decode(payload) {
-        Ok(batch) => feed.apply(&batch, Instant::now()),
-        Err(e) => {
-            tracing::warn!(events = %feed.events_url, error = %e, "undecodable KV event batch");
-            feed.malformed();
-        }
     }
 }
