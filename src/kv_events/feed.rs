@@ -368,7 +368,7 @@ impl Feed {
     /// A batch read off the socket and not applied.
     pub fn shed(&self) {
         self.counters.shed.fetch_add(1, Ordering::Relaxed);
-        telemetry::kv_shed(&self.labels.0, &self.labels.1);
+        self.series.shed.increment(1);
     }
 
     /// The index missed part of the history: from now it is partial

@@ -47,6 +47,8 @@ const RETRY: Duration = Duration::from_millis(250);
 const OVERLOAD: Duration = Duration::from_secs(2);
 /// The first shedding hold; it doubles per consecutive episode, up to 64×.
 const HOLD: Duration = Duration::from_millis(250);
+/// Most batches shed in one go before yielding.
+const DRAIN: usize = 4096;
 
 /// Follow `feed`'s publisher until the task is aborted.
 pub async fn run(feed: Arc<Feed>) {
@@ -111,12 +113,24 @@ async fn follow(
                 }
                 continue;
             }
-            // The hold is over: drain what is queued, then recover once.
-            while let Some(msg) = sub.recv().now_or_never() {
-                match msg {
-                    Ok(m) => s.shed(feed, &m),
-                    Err(_) => return,
+            // The hold is over: drain what is queued, then recover once. A
+            // socket still not drained after a bounded drain sheds on (and
+            // lets the other feeds on this thread run meanwhile).
+            let mut still_full = true;
+            for _ in 0..DRAIN {
+                match sub.recv().now_or_never() {
+                    Some(Ok(m)) => s.shed(feed, &m),
+                    Some(Err(_)) => return,
+                    None => {
+                        still_full = false;
+                        break;
+                    }
                 }
+            }
+            if still_full {
+                s.hold_on(HOLD);
+                tokio::task::yield_now().await;
+                continue;
             }
             s.recover(feed).await;
             continue;
@@ -252,6 +266,13 @@ impl Sequence {
             through: seq,
             until: Instant::now() + hold,
         });
+    }
+
+    /// Shed for `more` before trying to drain again.
+    fn hold_on(&mut self, more: Duration) {
+        if let Some(sh) = self.shedding.as_mut() {
+            sh.until = Instant::now() + more;
+        }
     }
 
     fn shed(&mut self, feed: &Feed, m: &ZmqMessage) {

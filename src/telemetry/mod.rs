@@ -290,6 +290,7 @@ pub struct KvSeries {
     pub applied: metrics::Counter,
     pub dropped: metrics::Counter,
     pub held: metrics::Gauge,
+    pub shed: metrics::Counter,
 }
 
 impl KvSeries {
@@ -304,6 +305,7 @@ impl KvSeries {
             applied: counter!(KV_EVENTS_APPLIED, &labels),
             dropped: counter!(KV_EVENTS_DROPPED, &labels),
             held: gauge!(KV_HELD_BLOCKS, &labels),
+            shed: counter!(KV_SHED, &labels),
         }
     }
 }
@@ -312,12 +314,6 @@ impl KvSeries {
 /// index reset ("reset": restart, AllBlocksCleared, unfillable gap).
 pub fn kv_sequence(endpoint: &str, instance: &str, what: &'static str) {
     counter!(KV_SEQUENCE, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "event" => what)
-        .increment(1);
-}
-
-/// A KV-event batch shed at the socket (the instance recovers by a replay).
-pub fn kv_shed(endpoint: &str, instance: &str) {
-    counter!(KV_SHED, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
         .increment(1);
 }
 
