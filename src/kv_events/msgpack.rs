@@ -64,6 +64,27 @@ impl<'a> Reader<'a> {
         usize::try_from(u32::from_be_bytes(self.be()?)).map_err(|_| Malformed)
     }
 
+    /// The next marker byte, not consumed.
+    pub fn peek(&self) -> Option<u8> {
+        self.buf.get(self.pos).copied()
+    }
+
+    /// A non-negative integer below 2³² (a token id) by the short path, or
+    /// `None` with nothing consumed: the caller falls back to [`Reader::next`].
+    #[inline]
+    pub fn small_uint(&mut self) -> Option<u32> {
+        let rest = self.buf.get(self.pos..)?;
+        let (v, n) = match *rest {
+            [b, ..] if b < 0x80 => (u32::from(b), 1),
+            [0xcc, b, ..] => (u32::from(b), 2),
+            [0xcd, b0, b1, ..] => (u32::from(u16::from_be_bytes([b0, b1])), 3),
+            [0xce, b0, b1, b2, b3, ..] => (u32::from_be_bytes([b0, b1, b2, b3]), 5),
+            _ => return None,
+        };
+        self.pos += n;
+        Some(v)
+    }
+
     /// Read one value's head: scalars whole, strings and byte strings with
     /// their bytes, arrays and maps only their length (their items follow).
     pub fn next(&mut self) -> Result<Kind<'a>, Malformed> {

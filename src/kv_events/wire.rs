@@ -88,8 +88,9 @@ impl From<Malformed> for WireError {
     }
 }
 
-/// Decode a batch payload. Read in place (see `msgpack`): an event's fields
-/// are located by position or name, and only the ones routing uses are read.
+/// Decode a batch payload in one pass over its bytes (see `msgpack`): an
+/// event's fields are located by position or name, token ids and hashes are
+/// decoded where they lie, and fields routing does not use are skipped.
 pub fn decode(payload: &[u8]) -> Result<Batch, WireError> {
     let mut r = Reader::new(payload);
     let Kind::Array(parts) = r.next()? else {
@@ -107,7 +108,7 @@ pub fn decode(payload: &[u8]) -> Result<Batch, WireError> {
     };
     let mut events = Vec::with_capacity(n.min(r.remaining()));
     for _ in 0..n {
-        events.push(event(r.value()?));
+        events.push(event(&mut r)?);
     }
     Ok(Batch { ts, events })
 }
@@ -155,94 +156,102 @@ fn positions(tag: &[u8]) -> &'static [usize] {
     }
 }
 
-/// One event's tag and field values (nil counts as absent).
+/// One event's tag and fields (nil counts as absent): token ids and hashes
+/// decoded, the others as their bytes.
+#[derive(Default)]
 struct Fields<'a> {
     tag: &'a [u8],
     slots: [Option<&'a [u8]>; SLOTS],
+    /// `Some(None)`: present but not a list of token ids.
+    tokens: Option<Option<Vec<u32>>>,
+    hashes: Option<Vec<EngineHash>>,
 }
 
-fn is_nil(v: &[u8]) -> bool {
-    v.first() == Some(&0xc0)
-}
-
-fn fields(v: &[u8]) -> Result<Option<Fields<'_>>, Malformed> {
-    let mut r = Reader::new(v);
-    let mut f = Fields {
-        tag: b"",
-        slots: [None; SLOTS],
-    };
-    match r.next()? {
-        Kind::Array(n) => {
-            if n == 0 {
-                return Ok(None);
+/// Read one field's value into its slot.
+fn field<'a>(r: &mut Reader<'a>, slot: usize, f: &mut Fields<'a>) -> Result<(), Malformed> {
+    if r.peek() == Some(0xc0) {
+        return r.skip();
+    }
+    match slot {
+        TOKEN_IDS => f.tokens = Some(token_ids(r)?),
+        BLOCK_HASHES => f.hashes = Some(hash_list(r)?),
+        s => {
+            if let Some(v) = f.slots.get_mut(s) {
+                *v = Some(r.value()?);
+            } else {
+                r.skip()?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// A map key's name, consumed (`None` for a key that is not a string).
+fn key<'a>(r: &mut Reader<'a>) -> Result<Option<&'a [u8]>, Malformed> {
+    let start = *r;
+    match r.next()? {
+        Kind::Str(k) => Ok(Some(k)),
+        Kind::Array(_) | Kind::Map(_) => {
+            *r = start;
+            r.skip()?;
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Read one event, consuming it whole whatever it holds.
+fn event(r: &mut Reader<'_>) -> Result<Event, Malformed> {
+    let start = *r;
+    let mut f = Fields::default();
+    match r.next()? {
+        Kind::Array(0) => return Ok(Event::Unknown),
+        Kind::Array(n) => {
             let Kind::Str(tag) = r.next()? else {
-                return Ok(None);
+                *r = start;
+                r.skip()?;
+                return Ok(Event::Unknown);
             };
             f.tag = tag;
             let pos = positions(tag);
             for i in 0..n - 1 {
-                let value = r.value()?;
-                if let Some(&s) = pos.get(i)
-                    && !is_nil(value)
-                {
-                    f.slots[s] = Some(value);
+                match pos.get(i) {
+                    Some(&s) => field(r, s, &mut f)?,
+                    None => r.skip()?,
                 }
             }
         }
         Kind::Map(n) => {
-            let mut tagged = false;
             for _ in 0..n {
-                let key = r.value()?;
-                let value = r.value()?;
-                let Some(name) = str_of(key) else { continue };
-                if name == b"type" {
-                    if let Some(tag) = str_of(value) {
-                        f.tag = tag;
-                        tagged = true;
+                match key(r)? {
+                    Some(b"type") => {
+                        if let Some(tag) = str_of(r.value()?) {
+                            f.tag = tag;
+                        }
                     }
-                } else if let Some(s) = slot(name)
-                    && !is_nil(value)
-                {
-                    f.slots[s] = Some(value);
+                    Some(name) => match slot(name) {
+                        Some(s) => field(r, s, &mut f)?,
+                        None => r.skip()?,
+                    },
+                    None => r.skip()?,
                 }
             }
-            if !tagged {
-                return Ok(None);
-            }
         }
-        _ => return Ok(None),
+        _ => return Ok(Event::Unknown),
     }
-    Ok(Some(f))
-}
-
-fn event(v: &[u8]) -> Event {
-    let Ok(Some(f)) = fields(v) else {
-        return Event::Unknown;
-    };
-    match f.tag {
-        b"BlockStored" => stored(&f).unwrap_or(Event::Unknown),
+    Ok(match f.tag {
+        b"BlockStored" => stored(f).unwrap_or(Event::Unknown),
         b"BlockRemoved" => Event::Removed {
-            hashes: hashes(f.slots[BLOCK_HASHES]),
+            hashes: f.hashes.unwrap_or_default(),
             medium: medium(f.slots[MEDIUM]),
         },
         b"AllBlocksCleared" => Event::Cleared,
         _ => Event::Unknown,
-    }
+    })
 }
 
-fn stored(f: &Fields<'_>) -> Option<Event> {
-    let mut r = Reader::new(f.slots[TOKEN_IDS]?);
-    let Ok(Kind::Array(n)) = r.next() else {
-        return None;
-    };
-    let mut token_ids = Vec::with_capacity(n.min(r.remaining()));
-    for _ in 0..n {
-        match r.next() {
-            Ok(Kind::Uint(t)) => token_ids.push(u32::try_from(t).ok()?),
-            _ => return None,
-        }
-    }
+fn stored(f: Fields<'_>) -> Option<Event> {
+    let token_ids = f.tokens??;
     let block_size = match Reader::new(f.slots[BLOCK_SIZE]?).next() {
         Ok(Kind::Uint(b)) => usize::try_from(b).ok()?,
         _ => return None,
@@ -250,7 +259,7 @@ fn stored(f: &Fields<'_>) -> Option<Event> {
     let lora = f.slots[LORA_ID].is_some() || f.slots[LORA_NAME].is_some();
     let salt = f.slots[EXTRA_KEYS].map(first_block_salt);
     Some(Event::Stored {
-        hashes: hashes(f.slots[BLOCK_HASHES]),
+        hashes: f.hashes.unwrap_or_default(),
         parent: f.slots[PARENT].and_then(|v| hash(&mut Reader::new(v))),
         token_ids,
         block_size,
@@ -258,6 +267,58 @@ fn stored(f: &Fields<'_>) -> Option<Event> {
         medium: medium(f.slots[MEDIUM]),
         salt,
     })
+}
+
+/// A list of token ids (each below 2³²), consumed whole; `None` if it is
+/// anything else.
+fn token_ids(r: &mut Reader<'_>) -> Result<Option<Vec<u32>>, Malformed> {
+    let start = *r;
+    let Kind::Array(n) = r.next()? else {
+        *r = start;
+        r.skip()?;
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity(n.min(r.remaining()));
+    for _ in 0..n {
+        if let Some(t) = r.small_uint() {
+            out.push(t);
+            continue;
+        }
+        if let Kind::Uint(t) = r.next()?
+            && let Ok(t) = u32::try_from(t)
+        {
+            out.push(t);
+            continue;
+        }
+        // Not a token id: skip the rest of the list.
+        *r = start;
+        r.skip()?;
+        return Ok(None);
+    }
+    Ok(Some(out))
+}
+
+/// A list of engine block hashes, consumed whole; items that are not
+/// hashes are left out.
+fn hash_list(r: &mut Reader<'_>) -> Result<Vec<EngineHash>, Malformed> {
+    let start = *r;
+    let Kind::Array(n) = r.next()? else {
+        *r = start;
+        r.skip()?;
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(n.min(r.remaining()));
+    for _ in 0..n {
+        let item = *r;
+        match hash(r) {
+            Some(h) => out.push(h),
+            None => {
+                *r = item;
+                r.skip()?;
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A string value's bytes (only valid UTF-8 counts as a string).
@@ -293,25 +354,6 @@ fn first_block_salt(extra: &[u8]) -> Option<String> {
     }
     salt.and_then(|s| std::str::from_utf8(s).ok())
         .map(str::to_owned)
-}
-
-fn hashes(v: Option<&[u8]>) -> Vec<EngineHash> {
-    let Some(v) = v else { return Vec::new() };
-    let mut r = Reader::new(v);
-    let Ok(Kind::Array(n)) = r.next() else {
-        return Vec::new();
-    };
-    let mut out = Vec::with_capacity(n.min(r.remaining()));
-    for _ in 0..n {
-        let mut item = r;
-        if r.skip().is_err() {
-            break;
-        }
-        if let Some(h) = hash(&mut item) {
-            out.push(h);
-        }
-    }
-    out
 }
 
 /// An engine block hash, read from `r`: an int (signed ones as their two's

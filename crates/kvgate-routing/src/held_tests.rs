@@ -164,7 +164,7 @@ fn churn_keeps_the_packed_store_equal_to_a_plain_map() {
         x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
         let h = (x >> 33) % 512;
         let medium = if x & 1 == 0 { Medium::Gpu } else { Medium::Cpu };
-        if (x >> 8) % 3 == 0 {
+        if (x >> 8).is_multiple_of(3) {
             idx.remove(&[h], medium);
             if let Some(e) = model.get_mut(&h) {
                 match medium {
@@ -185,7 +185,7 @@ fn churn_keeps_the_packed_store_equal_to_a_plain_map() {
                 Medium::Cpu => e.2 = true,
             }
         }
-        if step % 97 == 0 || step == 19_999 {
+        if step.is_multiple_of(97) || step == 19_999 {
             assert_eq!(idx.len(), model.len(), "step {step}");
             for (h, (key, gpu, _)) in &model {
                 assert_eq!(idx.key_of(*h), Some(*key), "step {step}");
