@@ -20,6 +20,8 @@ mod kv_aware;
 mod kv_frames;
 #[path = "routing/kv_libzmq.rs"]
 mod kv_libzmq;
+#[path = "routing/kv_restart.rs"]
+mod kv_restart;
 #[path = "routing/kv_sim.rs"]
 mod kv_sim;
 #[path = "routing/kv_tiers.rs"]

@@ -1,6 +1,10 @@
 //! One publisher's view: the [`HeldIndex`] its events build, whether they can
 //! be trusted right now, and the counts `explain` and `/metrics` show. The
-//! subscriber task writes it; request routing reads it.
+//! subscriber task writes it; request routing reads it. Readers and the
+//! writer do not wait for each other: trust and the blocks held are atomics,
+//! and each instance has its own reader-writer lock around its index, taken
+//! by the subscriber for one batch at a time and shared by lookups, so a
+//! lookup waits at most for one batch of that one instance.
 //!
 //! Trust: events are used while the subscription is connected, the publisher
 //! is not *silent* and the index is not *partial*. vLLM sends nothing when
@@ -12,12 +16,16 @@
 //! no longer reaching back to batch 0, or a gap replay could not fill), so
 //! blocks the engine already held are unknown, and new blocks under them are
 //! dropped (their parent is unknown). It stays partial until `silence` has
-//! passed with no such orphaned block.
+//! passed with no such orphaned block. Replaying: the subscriber is catching
+//! up (first contact, a reconnection, a restart, a gap, or recovering after
+//! shedding), so the index is not yet what the engine holds: the instance is
+//! routed as unknown until the catch-up ends.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use super::clock::AtomicTime;
 use super::wire::{Batch, Event};
 use crate::telemetry;
 use kvgate_routing::held::{self, Held, HeldIndex, Scope, TierWeights};
@@ -44,6 +52,8 @@ pub struct Counters {
     pub gaps: AtomicU64,
     pub replays: AtomicU64,
     pub resets: AtomicU64,
+    /// Batches read off the socket and not applied (overload; see `subscriber`).
+    pub shed: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -51,16 +61,24 @@ struct State {
     index: HeldIndex,
     /// Scope and send time of prompts whose first block the instance did not hold.
     pending: lru::LruCache<u64, (Scope, Instant)>,
-    last_batch: Option<Instant>,
-    /// Since when the index may lack blocks the engine holds.
-    partial_since: Option<Instant>,
     /// Prompts expected (see `HeldIndex::expect`), oldest first, with when they were sent.
     expecting: std::collections::VecDeque<(Instant, std::sync::Arc<[u64]>)>,
+}
+
+/// What routing reads of a feed besides its index, kept in atomics so that
+/// it never waits for the subscriber: trust and the blocks held.
+#[derive(Debug, Default)]
+struct Times {
+    last_batch: AtomicTime,
+    /// Since when the index may lack blocks the engine holds.
+    partial_since: AtomicTime,
     /// The last stored block dropped for an unknown parent.
-    last_orphan: Option<Instant>,
+    last_orphan: AtomicTime,
     /// The oldest request sent since the last batch that should make the
     /// instance store blocks.
-    awaiting: Option<Instant>,
+    awaiting: AtomicTime,
+    /// The index's length after the subscriber's last change.
+    held: AtomicUsize,
 }
 
 /// Why an instance's figures come from where they do.
@@ -74,6 +92,8 @@ pub enum Trust {
     Silent,
     /// The index missed part of the publisher's history (see the module docs).
     Partial,
+    /// The subscriber is catching up from the replay socket.
+    Replaying,
 }
 
 impl Trust {
@@ -87,6 +107,7 @@ impl Trust {
             Self::Disconnected => "disconnected",
             Self::Silent => "silent",
             Self::Partial => "partial",
+            Self::Replaying => "replaying",
         }
     }
 }
@@ -99,6 +120,8 @@ pub struct Feed {
     pub replay_url: Option<String>,
     pub counters: Counters,
     connected: AtomicBool,
+    /// A catch-up is under way (see [`Trust::Replaying`]).
+    replaying: AtomicBool,
     /// The last `trust` found it silent (to log the change once).
     was_silent: AtomicBool,
     /// A block size other than the endpoint's was reported (logged once).
@@ -107,7 +130,11 @@ pub struct Feed {
     pub block_size: usize,
     /// `silence`, in ms (reloads change it in place).
     silence_ms: AtomicU64,
-    state: Mutex<State>,
+    series: telemetry::KvSeries,
+    times: Times,
+    /// One lock an instance: the subscriber writes a batch at a time,
+    /// routing's lookups share it (see `matched`).
+    state: RwLock<State>,
 }
 
 impl Feed {
@@ -119,27 +146,26 @@ impl Feed {
     ) -> Self {
         Self {
             labels: (endpoint.to_owned(), instance.to_owned()),
+            series: telemetry::KvSeries::new(endpoint, instance),
             events_url: events_url.to_owned(),
             replay_url: replay_url.map(str::to_owned),
             counters: Counters::default(),
             connected: AtomicBool::new(false),
+            replaying: AtomicBool::new(false),
             was_silent: AtomicBool::new(false),
             warned_block_size: AtomicBool::new(false),
             block_size: settings.block_size,
             silence_ms: AtomicU64::new(
                 u64::try_from(settings.silence.as_millis()).unwrap_or(u64::MAX),
             ),
-            state: Mutex::new(State {
+            times: Times::default(),
+            state: RwLock::new(State {
                 index: HeldIndex::new(settings.limit),
                 pending: lru::LruCache::new(
                     std::num::NonZeroUsize::new(PENDING_SALTS)
                         .unwrap_or(std::num::NonZeroUsize::MIN),
                 ),
-                last_batch: None,
-                partial_since: None,
                 expecting: std::collections::VecDeque::new(),
-                last_orphan: None,
-                awaiting: None,
             }),
         }
     }
@@ -155,12 +181,25 @@ impl Feed {
         self.lock().index.set_limit(settings.limit);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::RwLockWriteGuard<'_, State> {
         // A panic while holding it cannot leave the index half-updated in a
         // way that matters for routing; keep serving.
         self.state
-            .lock()
+            .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Publish the index's length to readers (under the write lock).
+    fn held_now(&self, st: &State) -> usize {
+        let n = st.index.len();
+        self.times.held.store(n, Ordering::Relaxed);
+        n
     }
 
     pub fn set_connected(&self, up: bool) {
@@ -171,22 +210,25 @@ impl Feed {
         if !self.connected.load(Ordering::Relaxed) {
             return Trust::Disconnected;
         }
-        let mut st = self.lock();
+        if self.replaying.load(Ordering::Acquire) {
+            return Trust::Replaying;
+        }
+        let t = &self.times;
         let silence = self.silence();
         let within =
             |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) < silence);
-        if st.partial_since.is_some() {
-            if within(st.partial_since) || within(st.last_orphan) {
+        if let Some(since) = t.partial_since.get() {
+            if within(Some(since)) || within(t.last_orphan.get()) {
                 return Trust::Partial;
             }
-            st.partial_since = None;
+            t.partial_since.clear_if(since);
             tracing::info!(endpoint = %self.labels.0, instance = %self.labels.1, "KV event index complete again");
         }
-        let silent = st
+        let silent = t
             .awaiting
+            .get()
             .is_some_and(|t| now.saturating_duration_since(t) > silence);
-        let age = st.last_batch.map(|t| now.saturating_duration_since(t));
-        drop(st);
+        let age = t.last_batch.get().map(|t| now.saturating_duration_since(t));
         if self.was_silent.swap(silent, Ordering::Relaxed) != silent {
             if silent {
                 tracing::warn!(endpoint = %self.labels.0, instance = %self.labels.1, events = %self.events_url, silence = ?silence, "KV events went silent after requests that must store blocks; approximate index until they resume");
@@ -202,19 +244,31 @@ impl Feed {
     }
 
     pub fn held_blocks(&self) -> usize {
-        self.lock().index.len()
+        self.times.held.load(Ordering::Relaxed)
     }
 
+    /// How much of `keys` the instance holds. Lookups share the instance's
+    /// lock: they wait only while the subscriber applies one batch to this
+    /// instance, never for each other (nor for other instances' batches).
     pub fn matched(&self, keys: &[u64], shared: Option<&Feed>, w: TierWeights) -> Held {
-        let mut st = self.lock();
-        if !st.expecting.is_empty() {
-            expire(&mut st, Instant::now(), self.silence());
+        let now = Instant::now();
+        let silence = self.silence();
+        let stale = |st: &State| {
+            st.expecting
+                .front()
+                .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= silence)
+        };
+        let mut st = self.read();
+        if stale(&st) {
+            drop(st);
+            expire(&mut self.lock(), now, silence);
+            st = self.read();
         }
         match shared {
             // Two locks, always this one first, and the shared feed never
             // takes an instance's: no cycle.
             Some(s) if !std::ptr::eq(s, self) => {
-                let sh = s.lock();
+                let sh = s.read();
                 st.index.matched(keys, Some(&sh.index), w)
             }
             _ => st.index.matched(keys, None, w),
@@ -248,21 +302,18 @@ impl Feed {
                 st.pending.put(*root, (scope.clone(), now));
             }
         }
+        drop(st);
         let connected = self.connected.load(Ordering::Relaxed);
-        if new_blocks && connected && st.awaiting.is_none() {
-            st.awaiting = Some(now);
-            return Some(now);
-        }
-        None
+        (new_blocks && connected && self.times.awaiting.set_if_none(now)).then_some(now)
     }
 
     /// The request that started the wait (`since`, if it did) and carried
     /// `keys` did no work (refused, failed): nothing is to be expected from it.
     pub fn withdraw(&self, since: Option<Instant>, keys: &std::sync::Arc<[u64]>) {
-        let mut st = self.lock();
-        if since.is_some() && st.awaiting == since {
-            st.awaiting = None;
+        if let Some(since) = since {
+            self.times.awaiting.clear_if(since);
         }
+        let mut st = self.lock();
         if let Some(pos) = st
             .expecting
             .iter()
@@ -279,7 +330,8 @@ impl Feed {
         {
             let mut st = self.lock();
             st.index.clear();
-            st.partial_since = None;
+            self.held_now(&st);
+            self.times.partial_since.set(None);
         }
         self.emptied();
     }
@@ -287,25 +339,47 @@ impl Feed {
     /// Count a reset of the index, now empty.
     fn emptied(&self) {
         self.sequence("reset");
-        telemetry::kv_held(&self.labels.0, &self.labels.1, 0);
+        self.series.held.set(0.0);
     }
 
-    /// Start over from an empty index (first contact), counting nothing.
+    /// Start over from an empty index (first contact, a reconnection) and
+    /// route the instance as unknown until the catch-up ends; an index that
+    /// held blocks counts as reset.
     pub fn start_over(&self) {
-        let mut st = self.lock();
-        st.index.clear();
-        st.partial_since = None;
+        self.catching_up(true);
+        let held = {
+            let mut st = self.lock();
+            let held = st.index.len();
+            st.index.clear();
+            self.held_now(&st);
+            self.times.partial_since.set(None);
+            held
+        };
+        if held > 0 {
+            self.emptied();
+        }
+    }
+
+    /// A catch-up began (`true`) or ended.
+    pub fn catching_up(&self, on: bool) {
+        self.replaying.store(on, Ordering::Release);
+    }
+
+    /// A batch read off the socket and not applied.
+    pub fn shed(&self) {
+        self.counters.shed.fetch_add(1, Ordering::Relaxed);
+        self.series.shed.increment(1);
     }
 
     /// The index missed part of the history: from now it is partial
     /// (`clear`: and what it held can no longer be trusted either).
     pub fn partial(&self, clear: bool, now: Instant) {
-        let mut st = self.lock();
         if clear {
+            let mut st = self.lock();
             st.index.clear();
+            self.held_now(&st);
         }
-        st.partial_since = Some(now);
-        drop(st);
+        self.times.partial_since.set(Some(now));
         if clear {
             self.emptied();
         }
@@ -326,14 +400,25 @@ impl Feed {
     /// A message that could not be read at all.
     pub fn malformed(&self) {
         self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-        telemetry::kv_events(&self.labels.0, &self.labels.1, 0, 1);
+        self.series.dropped.increment(1);
+    }
+
+    /// Decode and apply one batch's payload.
+    pub fn apply_payload(&self, payload: &[u8]) {
+        match super::wire::decode(payload) {
+            Ok(batch) => self.apply(&batch, Instant::now()),
+            Err(e) => {
+                tracing::warn!(events = %self.events_url, error = %e, "undecodable KV event batch");
+                self.malformed();
+            }
+        }
     }
 
     pub fn apply(&self, batch: &Batch, now: Instant) {
         let mut st = self.lock();
         expire(&mut st, now, self.silence());
-        st.last_batch = Some(now);
-        st.awaiting = None;
+        self.times.last_batch.set(Some(now));
+        self.times.awaiting.set(None);
         let c = &self.counters;
         c.batches.fetch_add(1, Ordering::Relaxed);
         let (mut applied, mut dropped, mut cleared) = (0u64, 0u64, false);
@@ -393,7 +478,7 @@ impl Feed {
                     applied += a.stored as u64;
                     dropped += a.dropped as u64;
                     if a.orphaned > 0 {
-                        st.last_orphan = Some(now);
+                        self.times.last_orphan.set(Some(now));
                     }
                 }
                 Event::Removed { hashes, medium } => {
@@ -406,13 +491,15 @@ impl Feed {
                 Event::Unknown => dropped += 1,
             }
         }
-        let held = st.index.len();
+        let held = self.held_now(&st);
         drop(st);
         c.applied.fetch_add(applied, Ordering::Relaxed);
         c.dropped.fetch_add(dropped, Ordering::Relaxed);
-        let (ep, inst) = (&self.labels.0, &self.labels.1);
-        telemetry::kv_events(ep, inst, applied, dropped);
-        telemetry::kv_held(ep, inst, held);
+        self.series.applied.increment(applied);
+        if dropped > 0 {
+            self.series.dropped.increment(dropped);
+        }
+        self.series.held.set(held as f64);
         if cleared {
             self.sequence("reset");
         }

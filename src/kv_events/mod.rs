@@ -2,10 +2,14 @@
 //! ZeroMQ publisher (`--kv-events-config`), for the `kv_aware` strategy.
 //!
 //! [`wire`] decodes vLLM's messages, [`feed::Feed`] holds one publisher's
-//! index and trust, [`subscriber`] is the task that keeps it current. The
+//! index and trust, [`subscriber`] is the task that keeps it current and
+//! [`replay`] reads spans of a publisher's history. The
 //! index itself is pure (`kvgate_routing::held`).
 
+mod clock;
 pub mod feed;
+mod msgpack;
+pub mod replay;
 pub mod subscriber;
 pub mod wire;
 

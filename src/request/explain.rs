@@ -234,6 +234,7 @@ fn instances_view(
                             "gaps": n(&c.gaps),
                             "replays": n(&c.replays),
                             "resets": n(&c.resets),
+                            "shed": n(&c.shed),
                         })
                     }
                     _ => json!({"state": "not_configured"}),

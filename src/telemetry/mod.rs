@@ -43,6 +43,7 @@ pub const KV_EVENTS_APPLIED: &str = "kvgate_kv_events_applied_total";
 pub const KV_EVENTS_DROPPED: &str = "kvgate_kv_events_dropped_total";
 pub const KV_SEQUENCE: &str = "kvgate_kv_event_sequence_total";
 pub const KV_HELD_BLOCKS: &str = "kvgate_kv_held_blocks";
+pub const KV_SHED: &str = "kvgate_kv_shed_batches_total";
 pub const KV_FALLBACK: &str = "kvgate_kv_fallback_total";
 pub const KV_FALLBACK_INSTANCES: &str = "kvgate_kv_fallback_instances";
 pub const KV_UNTOKENIZED: &str = "kvgate_kv_untokenized_total";
@@ -212,6 +213,10 @@ fn describe() {
         "Blocks the instance's KV events say it holds"
     );
     describe_counter!(
+        KV_SHED,
+        "KV-event batches read off the socket and not applied, to catch up after an overload"
+    );
+    describe_counter!(
         KV_FALLBACK,
         "kv_aware decisions that used the approximate index for the instance, by reason"
     );
@@ -308,15 +313,31 @@ pub fn config_reload(ok: bool) {
     counter!(CONFIG_RELOADS, "result" => if ok { "ok" } else { "error" }).increment(1);
 }
 
-/// KV events of one batch, applied and dropped (blocks; dropped also counts
-/// undecodable messages and unknown events).
-pub fn kv_events(endpoint: &str, instance: &str, applied: u64, dropped: u64) {
-    let labels = [
-        ("endpoint", endpoint.to_owned()),
-        ("upstream", instance.to_owned()),
-    ];
-    counter!(KV_EVENTS_APPLIED, &labels).increment(applied);
-    counter!(KV_EVENTS_DROPPED, &labels).increment(dropped);
+/// One KV feed's per-batch series, registered once: a batch then costs an
+/// atomic add each rather than a registry lookup with its labels.
+#[derive(Debug, Clone)]
+pub struct KvSeries {
+    pub applied: metrics::Counter,
+    pub dropped: metrics::Counter,
+    pub held: metrics::Gauge,
+    pub shed: metrics::Counter,
+}
+
+impl KvSeries {
+    pub fn new(endpoint: &str, instance: &str) -> Self {
+        // Handles taken before the recorder is installed would record nowhere.
+        let _ = handle();
+        let labels = [
+            ("endpoint", endpoint.to_owned()),
+            ("upstream", instance.to_owned()),
+        ];
+        Self {
+            applied: counter!(KV_EVENTS_APPLIED, &labels),
+            dropped: counter!(KV_EVENTS_DROPPED, &labels),
+            held: gauge!(KV_HELD_BLOCKS, &labels),
+            shed: counter!(KV_SHED, &labels),
+        }
+    }
 }
 
 /// A sequence gap (`what` = "gap"), a replay that filled one ("replay"), or an
@@ -324,12 +345,6 @@ pub fn kv_events(endpoint: &str, instance: &str, applied: u64, dropped: u64) {
 pub fn kv_sequence(endpoint: &str, instance: &str, what: &'static str) {
     counter!(KV_SEQUENCE, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned(), "event" => what)
         .increment(1);
-}
-
-/// Blocks an instance's events say it holds.
-pub fn kv_held(endpoint: &str, instance: &str, blocks: usize) {
-    gauge!(KV_HELD_BLOCKS, "endpoint" => endpoint.to_owned(), "upstream" => instance.to_owned())
-        .set(blocks as f64);
 }
 
 /// A `kv_aware` decision used the approximate index for this instance, and why

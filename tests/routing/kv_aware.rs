@@ -77,14 +77,24 @@ pub fn batches(gw: &Gateway, i: usize) -> u64 {
     })
 }
 
-/// Publish empty batches until each gateway hears each publisher: a SUB that
-/// just connected misses what was published before its subscription arrived.
+/// Whether gateway `gw` is catching up on publisher `i` (first contact).
+pub fn replaying(gw: &Gateway, i: usize) -> bool {
+    let rt = gw.state.runtime.load_full();
+    let inst = &rt.endpoint("kv").unwrap().instances[i];
+    inst.kv_feed().is_some_and(|s| {
+        s.feed.trust(std::time::Instant::now()) == kvgate::kv_events::Trust::Replaying
+    })
+}
+
+/// Publish empty batches until each gateway hears each publisher and has
+/// caught up on its history: a SUB that just connected misses what was
+/// published before its subscription arrived.
 pub async fn subscribed(gws: &[&Gateway], pubs: &mut [Publisher]) {
     for (i, p) in pubs.iter_mut().enumerate() {
         for round in 0.. {
             p.send(vec![]).await;
             tokio::time::sleep(Duration::from_millis(20)).await;
-            if gws.iter().all(|g| batches(g, i) > 0) {
+            if gws.iter().all(|g| batches(g, i) > 0 && !replaying(g, i)) {
                 break;
             }
             assert!(round < 500, "gateway never heard publisher {i}");

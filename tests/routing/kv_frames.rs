@@ -5,6 +5,7 @@
 //! simulator's encoder.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rmpv::Value;
 use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
@@ -19,6 +20,17 @@ pub enum Encoding {
 
 type Buffer = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
 
+/// How the replay socket answers: as vLLM's ROUTER does when its send
+/// high-water mark is reached, the messages of an answer numbered
+/// `lost.0..lost.0 + lost.1` (the end marker included) are dropped; each
+/// message after `pace_after` waits `pace`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Answer {
+    pub lost: Option<(usize, usize)>,
+    pub pace_after: usize,
+    pub pace: Duration,
+}
+
 pub struct Publisher {
     pub_sock: zeromq::PubSocket,
     pub events_url: String,
@@ -26,7 +38,14 @@ pub struct Publisher {
     buffer: Buffer,
     next: u64,
     pub encoding: Encoding,
-    _router: tokio::task::JoinHandle<()>,
+    pub answer: Arc<Mutex<Answer>>,
+    router: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.router.abort();
+    }
 }
 
 fn s(v: &str) -> Value {
@@ -39,16 +58,20 @@ fn hashes(h: &[u64]) -> Value {
 
 impl Publisher {
     pub async fn start(encoding: Encoding) -> Self {
+        Self::start_at(encoding, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0").await
+    }
+
+    /// Bound at the given addresses (a restarted engine comes back at its old
+    /// ones: pass the `events_url` and `replay_url` of the one it replaces).
+    pub async fn start_at(encoding: Encoding, events: &str, replay: &str) -> Self {
         let mut pub_sock = zeromq::PubSocket::new();
-        let events_url = pub_sock
-            .bind("tcp://127.0.0.1:0")
-            .await
-            .unwrap()
-            .to_string();
+        let events_url = pub_sock.bind(events).await.unwrap().to_string();
         let mut router = zeromq::RouterSocket::new();
-        let replay_url = router.bind("tcp://127.0.0.1:0").await.unwrap().to_string();
+        let replay_url = router.bind(replay).await.unwrap().to_string();
         let buffer: Buffer = Arc::default();
         let buf = Arc::clone(&buffer);
+        let answer: Arc<Mutex<Answer>> = Arc::default();
+        let how = Arc::clone(&answer);
         let task = tokio::spawn(async move {
             while let Ok(req) = router.recv().await {
                 let frames: Vec<Vec<u8>> = req.iter().map(|b| b.to_vec()).collect();
@@ -57,12 +80,28 @@ impl Publisher {
                 };
                 let start = u64::from_be_bytes(start.as_slice().try_into().unwrap());
                 let held: Vec<(u64, Vec<u8>)> = buf.lock().unwrap().clone();
+                let how = *how.lock().unwrap();
+                let lost = |i: usize| how.lost.is_some_and(|(from, n)| i >= from && i - from < n);
+                let mut i = 0;
                 for (seq, payload) in held.into_iter().filter(|(q, _)| *q >= start) {
+                    i += 1;
+                    if lost(i - 1) {
+                        continue;
+                    }
+                    if i > how.pace_after && !how.pace.is_zero() {
+                        tokio::time::sleep(how.pace).await;
+                    }
                     let mut m = ZmqMessage::from(id.clone());
                     m.push_back(Vec::<u8>::new().into());
                     m.push_back(seq.to_be_bytes().to_vec().into());
                     m.push_back(payload.into());
-                    let _ = router.send(m).await;
+                    // A reader that went away: the rest would be dropped.
+                    if router.send(m).await.is_err() {
+                        break;
+                    }
+                }
+                if lost(i) {
+                    continue;
                 }
                 let mut end = ZmqMessage::from(id.clone());
                 end.push_back(Vec::<u8>::new().into());
@@ -78,7 +117,8 @@ impl Publisher {
             buffer,
             next: 0,
             encoding,
-            _router: task,
+            answer,
+            router: task,
         }
     }
 
@@ -102,6 +142,23 @@ impl Publisher {
             self.pub_sock.send(m).await.unwrap();
         }
         seq
+    }
+
+    /// Publish batch `seq`, already buffered (so that later ones can be
+    /// buffered before it goes out).
+    pub async fn publish_buffered(&mut self, seq: u64) {
+        let payload = self
+            .buffer
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(q, _)| *q == seq)
+            .map(|(_, p)| p.clone())
+            .unwrap();
+        let mut m = ZmqMessage::from(Vec::<u8>::new());
+        m.push_back(seq.to_be_bytes().to_vec().into());
+        m.push_back(payload.into());
+        self.pub_sock.send(m).await.unwrap();
     }
 
     pub async fn send(&mut self, events: Vec<Value>) -> u64 {

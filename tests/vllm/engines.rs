@@ -26,7 +26,11 @@ pub struct Engine {
     pub events: String,
     pub replay: String,
     log: PathBuf,
-    child: Child,
+    /// The `serve` wrapper; replaced when the engine is restarted.
+    child: std::sync::Mutex<Child>,
+    /// How to start it again at the same ports: the script, its index, its
+    /// HTTP, events and replay ports.
+    again: (PathBuf, usize, [u16; 3]),
 }
 
 pub struct Fleet {
@@ -95,36 +99,66 @@ async fn start(script: PathBuf, model: PathBuf) -> Result<Fleet, String> {
     for i in 0..2 {
         let (port, events, replay) = (free_port(), free_port(), free_port());
         let log = std::env::temp_dir().join(format!("kvgate-vllm-{}-e{i}.log", std::process::id()));
-        let out = std::fs::File::create(&log).map_err(|e| format!("{log:?}: {e}"))?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new("bash")
-            .arg(&script)
-            .arg("serve")
-            .args(["--port", &port.to_string()])
-            .args(["--events-port", &events.to_string()])
-            .args(["--replay-port", &replay.to_string()])
-            .args(["--blocks", &BLOCKS.to_string()])
-            .args(["--parent", &std::process::id().to_string()])
-            .args(["--name", &format!("e{i}"), "--cpu", &i.to_string()])
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("cannot run {script:?}: {e}"))?;
+        let ports = [port, events, replay];
+        let child = spawn(&script, i, ports, &log)?;
         engines.push(Engine {
             id: format!("e{i}"),
             url: format!("http://127.0.0.1:{port}"),
             events: format!("tcp://127.0.0.1:{events}"),
             replay: format!("tcp://127.0.0.1:{replay}"),
             log,
-            child,
+            child: std::sync::Mutex::new(child),
+            again: (script.clone(), i, ports),
         });
     }
     // Both start at once (30–50 s each, one core each).
-    let deadline = Instant::now() + Duration::from_secs(420);
-    for e in &mut engines {
+    for e in &engines {
+        e.healthy().await?;
+    }
+    eprintln!(
+        "vLLM engines up in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(Fleet { engines, model })
+}
+
+/// Run `scripts/vllm.sh serve` for engine `i` on `[http, events, replay]`,
+/// its output appended to `log`.
+fn spawn(
+    script: &Path,
+    i: usize,
+    [port, events, replay]: [u16; 3],
+    log: &Path,
+) -> Result<Child, String> {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| format!("{log:?}: {e}"))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    Command::new("bash")
+        .arg(script)
+        .arg("serve")
+        .args(["--port", &port.to_string()])
+        .args(["--events-port", &events.to_string()])
+        .args(["--replay-port", &replay.to_string()])
+        .args(["--blocks", &BLOCKS.to_string()])
+        .args(["--parent", &std::process::id().to_string()])
+        .args(["--name", &format!("e{i}"), "--cpu", &i.to_string()])
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("cannot run {script:?}: {e}"))
+}
+
+impl Engine {
+    /// Wait until it answers GET /health (at most 420 s).
+    async fn healthy(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(420);
+        let e = self;
         loop {
-            if let Ok(Some(status)) = e.child.try_wait() {
+            if let Ok(Some(status)) = e.child.lock().unwrap().try_wait() {
                 return Err(format!(
                     "engine {} exited ({status}):\n{}",
                     e.id,
@@ -149,15 +183,41 @@ async fn start(script: PathBuf, model: PathBuf) -> Result<Fleet, String> {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+        Ok(())
     }
-    eprintln!(
-        "vLLM engines up in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(Fleet { engines, model })
-}
 
-impl Engine {
+    /// Stop the engine as a rolling update does (SIGTERM to its `serve`
+    /// wrapper, which stops the engine's process group) and wait until it
+    /// is gone.
+    pub async fn stop(&self) {
+        let pid = self.child.lock().unwrap().id();
+        let killed = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success(), "kill -TERM {pid}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.child.lock().unwrap().try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "{} did not stop in 60 s",
+                self.id
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Start it again at the same ports (a new engine: empty cache, batches
+    /// numbered from 0) and wait until it is healthy.
+    pub async fn start_again(&self) {
+        let (script, i, ports) = &self.again;
+        let child = spawn(script, *i, *ports, &self.log).unwrap();
+        *self.child.lock().unwrap() = child;
+        if let Err(e) = self.healthy().await {
+            panic!("{e}");
+        }
+    }
+
     /// The last lines of its log, for failure messages.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();

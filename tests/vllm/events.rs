@@ -72,6 +72,64 @@ async fn a_late_subscriber_catches_up_from_vllms_replay_socket() {
     assert_eq!(v["chosen"], "e1");
 }
 
+/// An instance's feed state in an explanation.
+fn state(v: &Value, id: &str) -> String {
+    v["instances"]
+        .as_array()
+        .and_then(|a| a.iter().find(|i| i["id"] == id))
+        .and_then(|i| i["kv_events"]["state"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_engine_is_known_empty_within_3s_of_coming_back_with_nothing_sent_to_it() {
+    let Some((_turn, fleet)) = engines::take().await else {
+        return;
+    };
+    let gw = gateway::start(fleet, &["e0", "e1"], "kv_aware", "").await;
+    let body = ask(
+        &document("before the restart", 300),
+        "What is the first word?",
+    );
+    let want = stored_blocks(fleet, &body).await;
+    fleet.engine("e1").post("/v1/chat/completions", &body).await;
+    until(&gw, None, &body, "the prefix on e1", |v| {
+        held(v, "e1") >= want
+    })
+    .await;
+
+    // A rolling update: e1 stops and a new engine starts at the same ports,
+    // its cache empty and its batches numbered from 0. Nothing is sent to it:
+    // the gateway must find out by itself.
+    let e1 = fleet.engine("e1");
+    e1.stop().await;
+    until(&gw, None, &body, "e1's publisher gone", |v| {
+        state(v, "e1") == "disconnected"
+    })
+    .await;
+    e1.start_again().await;
+    let back = std::time::Instant::now();
+    let v = until(&gw, None, &body, "e1 known empty from its events", |v| {
+        state(v, "e1") == "events"
+    })
+    .await;
+    let took = back.elapsed();
+    let at_e1 = v["instances"]
+        .as_array()
+        .and_then(|a| a.iter().find(|i| i["id"] == "e1"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(at_e1["source"], "events", "{v:#}");
+    assert_eq!(held(&v, "e1"), 0, "{v:#}");
+    assert!(at_e1["kv_events"]["resets"].as_u64() >= Some(1), "{v:#}");
+    assert_ne!(v["reason"], "cache_hit", "{v:#}");
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "{took:?} after /health answered"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn block_removed_after_eviction_moves_traffic_to_the_engine_still_holding() {
     let Some((_turn, fleet)) = engines::take().await else {

@@ -22,8 +22,39 @@
 //! holds it behind a lock.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
-use xxhash_rust::xxh3::Xxh3;
+use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+
+#[path = "held_store.rs"]
+mod store;
+use store::{CPU, GPU, Store};
+
+/// A hasher for keys that are hashes already (kvgate's xxh3 keys, engine
+/// block hashes): one multiply and two shifts spread any bits of the key
+/// over the table's index and tag bits. Seedless: engines are trusted and
+/// the keys are not chosen by clients.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Mixed(u64);
+
+impl Hasher for Mixed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(self.0 ^ u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = store::mix(x);
+    }
+}
+
+/// A map keyed by a hash.
+pub type HashKeyed<V> = HashMap<u64, V, BuildHasherDefault<Mixed>>;
 
 /// A block hash as the engine reported it, folded to 64 bits.
 pub type EngineHash = u64;
@@ -78,7 +109,20 @@ pub fn seed(salt: Option<&str>) -> u64 {
     .seed()
 }
 
+/// Tokens a block may have for its key to be hashed from the stack.
+const STACK_TOKENS: usize = 64;
+
 fn chain(parent: u64, tokens: &[u32]) -> u64 {
+    // One call over `parent ‖ tokens` (little-endian), the same bytes and so
+    // the same hash as feeding them one by one.
+    if tokens.len() <= STACK_TOKENS {
+        let mut buf = [0u8; 8 + 4 * STACK_TOKENS];
+        buf[..8].copy_from_slice(&parent.to_le_bytes());
+        for (dst, t) in buf[8..].chunks_exact_mut(4).zip(tokens) {
+            dst.copy_from_slice(&t.to_le_bytes());
+        }
+        return xxh3_64(&buf[..8 + 4 * tokens.len()]);
+    }
     let mut h = Xxh3::new();
     h.update(&parent.to_le_bytes());
     for t in tokens {
@@ -114,19 +158,6 @@ pub struct TierWeights {
     pub l2: f64,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Copies {
-    gpu: u32,
-    cpu: u32,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Node {
-    key: u64,
-    gpu: bool,
-    cpu: bool,
-}
-
 /// How much of a request's chain an instance holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Held {
@@ -150,15 +181,15 @@ pub struct Applied {
 
 #[derive(Debug, Default)]
 pub struct HeldIndex {
-    by_engine: HashMap<EngineHash, Node>,
-    held: HashMap<u64, Copies>,
+    /// The blocks held, by engine hash and by key (see `held_store`).
+    store: Store,
     /// Blocks of prompts sent to the instance whose events have not come yet
     /// (prefill in progress), by how many such prompts carry each: counted
     /// as held so a second request for a prefix being prefilled follows the
     /// first instead of prefilling it again elsewhere. A block leaves when
     /// its BlockStored arrives (from then on events are the truth) or when
     /// the caller gives the prompt up ([`HeldIndex::unexpect`]).
-    expected: HashMap<u64, u32>,
+    expected: HashKeyed<u32>,
     /// Most engine hashes kept; stores beyond it are dropped (a publisher
     /// whose removals are lost must not grow the gateway without bound).
     limit: usize,
@@ -173,7 +204,7 @@ impl HeldIndex {
     }
 
     pub fn len(&self) -> usize {
-        self.held.len()
+        self.store.len()
     }
 
     /// A new bound on engine hashes kept; blocks already held stay (the
@@ -183,19 +214,18 @@ impl HeldIndex {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.held.is_empty()
+        self.store.len() == 0
     }
 
     pub fn clear(&mut self) {
-        self.by_engine.clear();
-        self.held.clear();
+        self.store.clear();
         self.expected.clear();
     }
 
     /// A prompt with these keys was sent to the instance.
     pub fn expect(&mut self, keys: &[u64]) {
         for k in keys {
-            if !self.held.contains_key(k) {
+            if self.store.tiers_of(*k) == 0 {
                 *self.expected.entry(*k).or_default() += 1;
             }
         }
@@ -221,7 +251,8 @@ impl HeldIndex {
 
     /// The key of the block the engine calls `hash`, if known.
     pub fn key_of(&self, hash: EngineHash) -> Option<u64> {
-        self.by_engine.get(&hash).map(|n| n.key)
+        let at = self.store.find_engine(hash)?;
+        self.store.get(at).map(|b| b.key)
     }
 
     /// Apply a BlockStored: `root_seed` is the chain seed for a first block
@@ -256,42 +287,38 @@ impl HeldIndex {
             };
         }
         let mut applied = Applied::default();
+        let tier = match medium {
+            Medium::Gpu => GPU,
+            Medium::Cpu => CPU,
+        };
         for (i, &h) in hashes.iter().enumerate() {
             let key = chain(prev, &token_ids[i * block_size..(i + 1) * block_size]);
             prev = key;
-            if !self.by_engine.contains_key(&h) && self.by_engine.len() >= self.limit {
-                applied.dropped += 1;
-                continue;
-            }
-            let node = self.by_engine.entry(h).or_insert(Node {
-                key,
-                gpu: false,
-                cpu: false,
-            });
-            if node.key != key {
-                // The engine reused a hash for other content (it re-hashed
-                // after a restart we missed): forget the old block.
-                let old = *node;
-                *node = Node {
-                    key,
-                    gpu: false,
-                    cpu: false,
-                };
-                release(&mut self.held, old.key, old.gpu, old.cpu);
-            }
-            self.expected.remove(&key);
-            let copies = self.held.entry(key).or_default();
-            match medium {
-                Medium::Gpu if !node.gpu => {
-                    node.gpu = true;
-                    copies.gpu += 1;
+            let at = match self.store.find_engine(h) {
+                Some(at) => {
+                    if self.store.get(at).is_some_and(|b| b.key != key) {
+                        // The engine reused a hash for other content (it
+                        // re-hashed after a restart we missed): forget the old block.
+                        self.store.rekey(at, key);
+                    }
+                    at
                 }
-                Medium::Cpu if !node.cpu => {
-                    node.cpu = true;
-                    copies.cpu += 1;
+                None if self.store.len() >= self.limit => {
+                    applied.dropped += 1;
+                    continue;
                 }
-                _ => {}
+                None => match self.store.push(h, key) {
+                    Some(at) => at,
+                    None => {
+                        applied.dropped += 1;
+                        continue;
+                    }
+                },
+            };
+            if !self.expected.is_empty() {
+                self.expected.remove(&key);
             }
+            self.store.set_tier(at, tier, true);
             applied.stored += 1;
         }
         applied
@@ -299,22 +326,20 @@ impl HeldIndex {
 
     /// Apply a BlockRemoved for `medium`. Returns the blocks removed.
     pub fn remove(&mut self, hashes: &[EngineHash], medium: Medium) -> usize {
+        let tier = match medium {
+            Medium::Gpu => GPU,
+            Medium::Cpu => CPU,
+        };
         let mut removed = 0;
-        for h in hashes {
-            let Some(node) = self.by_engine.get_mut(h) else {
+        for &h in hashes {
+            let Some(at) = self.store.find_engine(h) else {
                 continue;
             };
-            let (gpu, cpu) = match medium {
-                Medium::Gpu => (std::mem::take(&mut node.gpu), false),
-                Medium::Cpu => (false, std::mem::take(&mut node.cpu)),
-            };
-            let (key, gone) = (node.key, !node.gpu && !node.cpu);
-            if gone {
-                self.by_engine.remove(h);
-            }
-            if gpu || cpu {
-                release(&mut self.held, key, gpu, cpu);
+            if self.store.set_tier(at, tier, false) {
                 removed += 1;
+            }
+            if self.store.get(at).is_some_and(|b| b.tiers() == 0) {
+                self.store.delete(at);
             }
         }
         removed
@@ -322,9 +347,11 @@ impl HeldIndex {
 
     /// The tier a block is held in, best first.
     fn tier(&self, key: u64) -> Option<Medium> {
-        self.held
-            .get(&key)
-            .map(|c| if c.gpu > 0 { Medium::Gpu } else { Medium::Cpu })
+        match self.store.tiers_of(key) {
+            0 => None,
+            t if t & GPU != 0 => Some(Medium::Gpu),
+            _ => Some(Medium::Cpu),
+        }
     }
 
     /// How much of `keys` this instance holds, with `shared` (the L2 tier
@@ -340,23 +367,13 @@ impl HeldIndex {
                 Some(Medium::Cpu) => w.cpu,
                 // Being prefilled there now: on the GPU by the time it matters.
                 None if self.expected.contains_key(&k) => 1.0,
-                None if shared.is_some_and(|s| s.held.contains_key(&k)) => w.l2,
+                None if shared.is_some_and(|s| s.store.tiers_of(k) != 0) => w.l2,
                 None => break,
             };
             out.blocks += 1;
             out.weighted += weight;
         }
         out
-    }
-}
-
-fn release(held: &mut HashMap<u64, Copies>, key: u64, gpu: bool, cpu: bool) {
-    if let Some(c) = held.get_mut(&key) {
-        c.gpu -= u32::from(gpu && c.gpu > 0);
-        c.cpu -= u32::from(cpu && c.cpu > 0);
-        if c.gpu == 0 && c.cpu == 0 {
-            held.remove(&key);
-        }
     }
 }
 

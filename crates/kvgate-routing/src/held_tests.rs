@@ -136,3 +136,62 @@ fn a_prompt_being_prefilled_counts_until_its_events_come() {
     idx.remove(&[1], Medium::Gpu);
     assert_eq!(idx.matched(&keys, None, W).blocks, 0);
 }
+
+#[test]
+fn a_key_hashed_in_one_call_equals_the_same_bytes_fed_one_by_one() {
+    for n in [0usize, 1, 16, 64, 65, 200] {
+        let tokens: Vec<u32> = (0..n as u32)
+            .map(|t| t.wrapping_mul(2_654_435_761))
+            .collect();
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        h.update(&42u64.to_le_bytes());
+        for t in &tokens {
+            h.update(&t.to_le_bytes());
+        }
+        assert_eq!(super::chain(42, &tokens), h.digest(), "{n} tokens");
+    }
+}
+
+#[test]
+fn churn_keeps_the_packed_store_equal_to_a_plain_map() {
+    // Stores and removals in both tiers, in a pseudo-random order: after each
+    // step every block is found by its engine hash and by its key, with the
+    // tiers a plain map of (engine hash → tiers) says.
+    let mut idx = HeldIndex::new(1 << 20);
+    let mut model: std::collections::HashMap<u64, (u64, bool, bool)> = Default::default();
+    let mut x = 0x1234_5678_u64;
+    for step in 0..20_000u32 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let h = (x >> 33) % 512;
+        let medium = if x & 1 == 0 { Medium::Gpu } else { Medium::Cpu };
+        if (x >> 8).is_multiple_of(3) {
+            idx.remove(&[h], medium);
+            if let Some(e) = model.get_mut(&h) {
+                match medium {
+                    Medium::Gpu => e.1 = false,
+                    Medium::Cpu => e.2 = false,
+                }
+                if !e.1 && !e.2 {
+                    model.remove(&h);
+                }
+            }
+        } else {
+            let tokens = [h as u32; 16];
+            idx.store(&[h], None, &tokens, 16, medium, seed(None));
+            let key = token_keys(seed(None), &tokens, 16, 1)[0];
+            let e = model.entry(h).or_insert((key, false, false));
+            match medium {
+                Medium::Gpu => e.1 = true,
+                Medium::Cpu => e.2 = true,
+            }
+        }
+        if step.is_multiple_of(97) || step == 19_999 {
+            assert_eq!(idx.len(), model.len(), "step {step}");
+            for (h, (key, gpu, _)) in &model {
+                assert_eq!(idx.key_of(*h), Some(*key), "step {step}");
+                let held = idx.matched(&[*key], None, W);
+                assert_eq!((held.blocks, held.gpu_blocks), (1, usize::from(*gpu)));
+            }
+        }
+    }
+}
