@@ -79,7 +79,7 @@ pub async fn forward_logged(
     (path, method): (&str, axum::http::Method),
     (headers, until_claimed): (&HeaderMap, Option<Box<dyn std::fmt::Debug + Send + Sync>>),
     upload: Option<Body>,
-    tenant: &str,
+    tenant: &Arc<str>,
     wire: Wire,
 ) -> Response {
     let started = Instant::now();
@@ -95,6 +95,7 @@ pub async fn forward_logged(
     };
     let result = forward(Forward {
         runtime,
+        tenant,
         path,
         method,
         headers,

@@ -26,6 +26,8 @@ pub struct Runtime {
     pub proxies: crate::fleet::client::Proxies,
     /// Authentication, tenant limits and salts; counters carried across reloads.
     pub tenancy: Arc<crate::tenancy::Tenancy>,
+    /// The console's decision ring and reload note, carried across reloads.
+    pub live: Arc<crate::telemetry::live::Live>,
     /// Instances this build added to running endpoints, to be warmed:
     /// (endpoint name, instance).
     joined: Vec<(String, Arc<Instance>)>,
@@ -76,6 +78,7 @@ impl Runtime {
             client,
             proxies,
             tenancy: Arc::new(tenancy),
+            live: previous.map_or_else(Default::default, |p| Arc::clone(&p.live)),
             joined,
         })
     }
@@ -180,8 +183,11 @@ impl AppState {
     /// Rebuild from the running config, with discovery's current answers.
     pub fn republish(&self) {
         let config = Config::clone(&self.runtime.load().config);
-        if let Err(e) = self.reload(config) {
-            tracing::error!(error = %e, "cannot rebuild the runtime after a discovery change");
+        match self.reload(config) {
+            Ok(()) => self.runtime.load().live.reloaded("discovery"),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot rebuild the runtime after a discovery change")
+            }
         }
     }
 }
