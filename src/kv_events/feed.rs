@@ -44,6 +44,8 @@ pub struct Counters {
     pub gaps: AtomicU64,
     pub replays: AtomicU64,
     pub resets: AtomicU64,
+    /// The last sequence number received, plus one (0: none yet).
+    pub next_seq: AtomicU64,
 }
 
 #[derive(Debug)]

@@ -160,6 +160,9 @@ async fn on_message(
         }
     }
     *last = Some(seq);
+    feed.counters
+        .next_seq
+        .store(seq.wrapping_add(1), std::sync::atomic::Ordering::Relaxed);
     apply(feed, payload);
 }
 

@@ -38,8 +38,8 @@ pub struct Decision {
     pub attempts: u32,
     pub stream: bool,
     pub body_bytes: u64,
-    /// The gateway's estimate of the chosen instance's cached prefix.
-    pub matched_tokens: u64,
+    /// Leading blocks of the prompt the chosen instance was believed to hold.
+    pub matched_blocks: u64,
     /// What the policy was asked and saw (key and prompt estimate; loads).
     pub request: Request,
     pub loads: Vec<Load>,
@@ -62,7 +62,7 @@ impl Decision {
         (reason, attempts): (&'static str, u32),
         stream: bool,
         body_bytes: u64,
-        matched_tokens: u64,
+        matched_blocks: u64,
         (request, loads): (Request, Vec<Load>),
     ) -> Self {
         Self {
@@ -78,7 +78,7 @@ impl Decision {
             attempts,
             stream,
             body_bytes,
-            matched_tokens,
+            matched_blocks,
             request,
             loads,
             ttft_us: AtomicU64::new(UNKNOWN),
