@@ -37,12 +37,16 @@ fn config(instances: &[String], cluster: bool, jwt: bool) -> String {
         .collect();
     // A Redis nobody listens on: limits fall back to this replica's share.
     let cluster = if cluster {
-        format!("cluster:\n  redis: \"redis://127.0.0.1:9/\"\n  password: \"{REDIS_PASSWORD}\"\n  timeout_ms: 20\n")
+        format!(
+            "cluster:\n  redis: \"redis://127.0.0.1:9/\"\n  password: \"{REDIS_PASSWORD}\"\n  timeout_ms: 20\n"
+        )
     } else {
         String::new()
     };
     let auth = if jwt {
-        format!("auth:\n  mode: jwt\n  jwt: {{ algorithms: [HS256], secret: \"{HS_SECRET}\", issuer: \"https://issuer.test\", audience: kvgate }}\n")
+        format!(
+            "auth:\n  mode: jwt\n  jwt: {{ algorithms: [HS256], secret: \"{HS_SECRET}\", issuer: \"https://issuer.test\", audience: kvgate }}\n"
+        )
     } else {
         format!("auth:\n  mode: api_key\n  api_keys:\n{api_keys}")
     };
@@ -187,7 +191,11 @@ async fn the_console_is_off_without_an_admin_token_and_redacts_the_config() {
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), 403, "{path} with admin routes off, a token sent");
+        assert_eq!(
+            r.status(),
+            403,
+            "{path} with admin routes off, a token sent"
+        );
     }
     let r = client()
         .post(off.url("/console/login"))
@@ -207,10 +215,17 @@ async fn the_console_is_off_without_an_admin_token_and_redacts_the_config() {
     assert_eq!(r.status(), 200);
     let v: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
     let text = v["text"].as_str().unwrap();
-    assert!(text.contains("Secret(..)"), "the salt secret is shown redacted");
+    assert!(
+        text.contains("Secret(..)"),
+        "the salt secret is shown redacted"
+    );
     assert!(text.contains("AdminToken(..)"));
     for s in secrets() {
-        assert!(!text.contains(&s), "a secret in the config view: {}…", &s[..6]);
+        assert!(
+            !text.contains(&s),
+            "a secret in the config view: {}…",
+            &s[..6]
+        );
     }
     assert_eq!(v["reload"]["by"], "start");
     // A reload is noted, with what asked for it.
@@ -260,11 +275,18 @@ async fn the_console_is_off_without_an_admin_token_and_redacts_the_config() {
         }
     })
     .await;
-    assert!(stream.contains("event: hello") && stream.contains("event: state"), "{stream}");
+    assert!(
+        stream.contains("event: hello") && stream.contains("event: state"),
+        "{stream}"
+    );
     bodies.push(stream);
     for body in &bodies {
         for s in secrets() {
-            assert!(!body.contains(&s), "a secret in a console answer: {}…", &s[..6]);
+            assert!(
+                !body.contains(&s),
+                "a secret in a console answer: {}…",
+                &s[..6]
+            );
         }
     }
 }

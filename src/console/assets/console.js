@@ -51,7 +51,14 @@ function sparkline(series) {
   for (const [key, cls] of [["p90_ms", "p90"], ["p50_ms", "p50"]]) {
     let pts = [];
     const flush = () => {
-      if (pts.length === 1) pts.push([pts[0][0] + 1, pts[0][1]]);
+      if (pts.length === 1) {
+        const dot = document.createElementNS(SVG, "circle");
+        dot.setAttribute("cx", pts[0][0]);
+        dot.setAttribute("cy", pts[0][1]);
+        dot.setAttribute("r", "2");
+        dot.setAttribute("class", cls);
+        svg.append(dot);
+      }
       if (pts.length > 1) {
         const line = document.createElementNS(SVG, "polyline");
         line.setAttribute("points", pts.map((p) => p.join(",")).join(" "));
