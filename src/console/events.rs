@@ -58,7 +58,14 @@ async fn sample(hub: Arc<Hub>, state: Weak<AppState>) {
     loop {
         tick.tick().await;
         let Some(live) = state.upgrade() else { break };
-        if hub.tx.receiver_count() == 0 || live.shutting_down.load(Ordering::Relaxed) {
+        if live.shutting_down.load(Ordering::Relaxed) {
+            // Wake every viewer: each sees the shutdown and ends its stream,
+            // so none holds up the graceful shutdown.
+            hub.running.store(false, Ordering::Release);
+            hub.tx.send_replace(Arc::from("{}"));
+            break;
+        }
+        if hub.tx.receiver_count() == 0 {
             hub.running.store(false, Ordering::Release);
             // A viewer that came between the count and the store found it
             // running and started nothing: keep going for it.

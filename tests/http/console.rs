@@ -289,4 +289,22 @@ async fn the_console_is_off_without_an_admin_token_and_redacts_the_config() {
             );
         }
     }
+    // A viewer does not hold up a graceful shutdown: its stream ends.
+    let mut on = on;
+    let mut events = client()
+        .get(on.url("/console/api/events"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert!(events.chunk().await.unwrap().is_some(), "the hello event");
+    on.shutdown();
+    let ended = tokio::time::timeout(Duration::from_secs(3), async {
+        while let Ok(Some(_)) = events.chunk().await {}
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the event stream outlived the shutdown by 3 s"
+    );
 }
