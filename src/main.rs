@@ -220,6 +220,30 @@ fn main() -> ExitCode {
                         );
                     }
                 }
+                if c.queue.enabled {
+                    println!(
+                        "  queue: an instance is saturated at {} in flight or as its engine's /metrics says; until the first reading (every {} ms) only the {} bound holds{}",
+                        c.queue.max_in_flight,
+                        c.queue.engine_poll.as_millis(),
+                        c.queue.max_in_flight,
+                        if c.queue.max_in_flight >= 256 {
+                            " (the default, vLLM's max_num_seqs: it protects no engine; set max_in_flight to the engines' batch size)"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+                if let Some(cl) = &c.cluster {
+                    match cl.sync {
+                        Some(every) => println!(
+                            "  cluster: tenant limits, load, placements and fair service shared through Redis every {} ms",
+                            every.as_millis()
+                        ),
+                        None => println!(
+                            "  cluster: tenant limits shared through Redis; routing state not shared (sync_ms: 0)"
+                        ),
+                    }
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -26,6 +26,8 @@ mod kv_sim;
 mod kv_tiers;
 #[path = "routing/regimes.rs"]
 mod regimes;
+#[path = "routing/units.rs"]
+mod units;
 #[path = "routing/warmup.rs"]
 mod warmup;
 

@@ -34,6 +34,8 @@ mod openai;
 mod parsing;
 #[path = "tenancy/quota.rs"]
 mod quota;
+#[path = "tenancy/replicas.rs"]
+mod replicas;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -45,16 +45,21 @@ pub(super) async fn wait_for_room(
     tenant: &str,
 ) -> Result<Option<crate::fleet::queue::Reservation>, crate::error::ApiError> {
     let queue = &runtime.config.queue;
-    if !queue.enabled || !input.route.uses_strategy() {
+    if !input.route.uses_strategy() {
         return Ok(None);
     }
     let limits = runtime.tenancy.limits(tenant);
+    // Judged whether or not the queue is on: a priority the tenant may not
+    // ask for is refused the same way either way.
     let priority = crate::tenancy::priority::asked(
         headers,
         &queue.priority_header,
         limits.priority,
         limits.priority_header,
     )?;
+    if !queue.enabled {
+        return Ok(None);
+    }
     let ep = &input.endpoint;
     let reservation = ep
         .queue

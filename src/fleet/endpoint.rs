@@ -29,6 +29,9 @@ pub struct Endpoint {
     pub queue: Arc<crate::fleet::queue::FairQueue>,
     /// Its request counters and durations.
     pub series: Arc<crate::telemetry::EndpointSeries>,
+    /// Its engines' tokens a character, learned from their answers (kept
+    /// across reloads; see `kvgate_routing::units`).
+    pub density: Arc<kvgate_routing::units::Density>,
 }
 
 /// Where one instance's matched blocks came from, for one request.
@@ -109,6 +112,7 @@ impl Endpoint {
             }
         }
         let hot = old.map_or_else(Arc::default, |o| Arc::clone(&o.hot));
+        let density = old.map_or_else(Arc::default, |o| Arc::clone(&o.density));
         let queue = old.map_or_else(
             || crate::fleet::queue::FairQueue::new(&ec.name),
             |o| Arc::clone(&o.queue),
@@ -135,6 +139,7 @@ impl Endpoint {
             shared_tier,
             hot,
             queue,
+            density,
         });
         (ep, joined)
     }
@@ -196,7 +201,8 @@ impl Endpoint {
                             (held.weighted.floor() as usize, s)
                         }
                         _ => {
-                            let tokens = approx * routing::cost::block_tokens(routing.block_chars);
+                            let tokens =
+                                approx * self.density.block_tokens(routing.block_chars) as usize;
                             let s = Seen {
                                 trust,
                                 ..Seen::default()

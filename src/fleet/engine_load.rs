@@ -3,11 +3,14 @@
 //! `vllm:num_requests_waiting`; SGLang's `sglang:num_running_reqs`,
 //! `sglang:num_queue_reqs`) and the KV cache's fill (`vllm:kv_cache_usage_perc`,
 //! vLLM < 0.10's `vllm:gpu_cache_usage_perc`, SGLang's `sglang:token_usage`),
-//! read by `queue::engine_poll` while queueing is on. A reading older than
-//! [`STALE`] is not believed: an engine that stops answering `/metrics` is
-//! judged by the gateway's own in-flight bound alone.
+//! read by `queue::engine_poll` for cache-aware endpoints and while queueing
+//! is on. A reading older than [`STALE`] is not believed: an engine that
+//! stops answering `/metrics` is judged by the gateway's own counts alone.
 //!
-//! Two uses. *Saturated*: the last reading shows more than `max_waiting`
+//! Three uses. *Routing*: an instance's requests in flight are at least what
+//! its engine last counted running and waiting, plus what this replica sent
+//! since — the same truth for every replica, which each replica's own counts
+//! only fill in between readings. *Saturated*: the last reading shows more than `max_waiting`
 //! requests waiting or the KV cache at `max_kv_usage`. *Room* for requests
 //! the gateway holds back: `max_waiting + 1 − waiting − (sent − finished
 //! since the reading)`, so one reading of a freed engine lets one request
@@ -45,6 +48,8 @@ pub struct EngineLoad {
     sent_at_read: AtomicU64,
     finished: AtomicU64,
     finished_at_read: AtomicU64,
+    /// A reading has failed (logged once per instance).
+    failed: std::sync::atomic::AtomicBool,
 }
 
 impl EngineLoad {
@@ -56,6 +61,11 @@ impl EngineLoad {
     /// A request sent there ended (or was given up).
     pub fn finished(&self) {
         self.finished.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A reading failed: whether it is the first to (to be logged).
+    pub fn failed_first(&self) -> bool {
+        !self.failed.swap(true, Ordering::Relaxed)
     }
 
     pub fn set(&self, r: Reading, now_ms: u64) {
@@ -82,6 +92,25 @@ impl EngineLoad {
         })
     }
 
+    /// Requests on the engine as its last fresh reading counted them
+    /// (running and waiting), plus those this replica sent there since and
+    /// that have not ended: what routing weighs as its in-flight count at
+    /// least. `None` without a fresh reading.
+    pub fn in_flight_since_reading(&self, now_ms: u64) -> Option<u64> {
+        let r = self.reading(now_ms)?;
+        let net = self.net_since_reading();
+        let on_engine = i128::from(r.running) + i128::from(r.waiting) + net;
+        Some(u64::try_from(on_engine.max(0)).unwrap_or(u64::MAX))
+    }
+
+    /// Sent less ended since the last reading (negative when more ended).
+    fn net_since_reading(&self) -> i128 {
+        let since = |total: &AtomicU64, at: &AtomicU64| {
+            i128::from(total.load(Ordering::Relaxed)) - i128::from(at.load(Ordering::Relaxed))
+        };
+        since(&self.sent, &self.sent_at_read) - since(&self.finished, &self.finished_at_read)
+    }
+
     /// Whether the last reading says saturated (see the module docs);
     /// without a fresh reading, no.
     pub fn saturated(&self, max_waiting: u64, max_kv_usage: f64, now_ms: u64) -> bool {
@@ -96,11 +125,7 @@ impl EngineLoad {
         if r.kv_usage >= max_kv_usage {
             return Some(0);
         }
-        let since = |total: &AtomicU64, at: &AtomicU64| {
-            i128::from(total.load(Ordering::Relaxed)) - i128::from(at.load(Ordering::Relaxed))
-        };
-        let net =
-            since(&self.sent, &self.sent_at_read) - since(&self.finished, &self.finished_at_read);
+        let net = self.net_since_reading();
         let room = i128::from(max_waiting) + 1 - i128::from(r.waiting) - net;
         Some(u64::try_from(room.max(0)).unwrap_or(u64::MAX))
     }

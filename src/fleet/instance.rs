@@ -59,8 +59,11 @@ pub struct Instance {
     confirmed: AtomicBool,
     /// Joined and being warmed: not offered to routing until done.
     warming: AtomicBool,
-    /// Its load as its engine reports it (read while queueing is on).
+    /// Its load as its engine reports it (read for cache-aware routing and
+    /// while queueing is on).
     pub engine: super::engine_load::EngineLoad,
+    /// What the other gateway replicas have dispatched here (`fleet::peers`).
+    pub peer: super::peers::PeerLoad,
     /// Told when one of its slots frees: its endpoint's queue.
     freed: OnceLock<Weak<dyn Freed>>,
 }
@@ -174,6 +177,7 @@ impl Instance {
             confirmed: AtomicBool::new(false),
             warming: AtomicBool::new(false),
             engine: super::engine_load::EngineLoad::default(),
+            peer: super::peers::PeerLoad::default(),
             freed: OnceLock::new(),
         })
     }
@@ -272,13 +276,36 @@ impl Instance {
     }
 
     /// Load as a policy sees it; `matched_blocks` is the caller's to fill in.
+    ///
+    /// The fleet's, not this replica's: its own figures plus the other
+    /// replicas' as of their last shared round (`fleet::peers`), and requests
+    /// in flight at least as many as the engine itself last reported
+    /// running and waiting, plus what this replica sent there since
+    /// ([`super::engine_load::EngineLoad::in_flight_since_reading`]).
     pub fn load(&self) -> Load {
+        let now = now_ms();
+        let mut fleet = self.own_figures_at(now);
+        fleet.add(&self.peer.get());
+        let engine = self.engine.in_flight_since_reading(now).unwrap_or(0);
         Load {
-            in_flight: self.in_flight(),
+            in_flight: usize::try_from(fleet.in_flight.max(engine)).unwrap_or(usize::MAX),
             available: self.available(),
-            queued_prefill: self.queued_prefill(),
-            recent_work: self.recent_work.get(now_ms()),
+            queued_prefill: fleet.queued_prefill,
+            recent_work: fleet.recent_work,
             ..Load::default()
+        }
+    }
+
+    /// This replica's own figures here, for the other replicas.
+    pub fn own_figures(&self) -> super::peers::Figures {
+        self.own_figures_at(now_ms())
+    }
+
+    fn own_figures_at(&self, now: u64) -> super::peers::Figures {
+        super::peers::Figures {
+            in_flight: self.in_flight() as u64,
+            queued_prefill: self.queued_prefill(),
+            recent_work: self.recent_work.get(now),
         }
     }
 

@@ -1,7 +1,8 @@
 //! The fleet: the runtime state built from config (endpoints, their
 //! instances and policies), each instance's in-flight accounting and health,
 //! and the background jobs that keep it current (health checks, capacity
-//! probes, engine readings, discovery, warm-up, config reload).
+//! probes, engine readings, discovery, warm-up, config reload, and the
+//! state replicas share through Redis).
 
 pub mod capacity;
 pub mod client;
@@ -10,6 +11,7 @@ mod endpoint;
 pub mod engine_load;
 pub mod health;
 pub mod instance;
+pub mod peers;
 mod prefill_rate;
 pub mod queue;
 mod recent_work;

@@ -28,6 +28,9 @@ pub struct Runtime {
     pub tenancy: Arc<crate::tenancy::Tenancy>,
     /// The console's decision ring and reload note, carried across reloads.
     pub live: Arc<crate::telemetry::live::Live>,
+    /// Routing and fair-queue state shared with the other replicas
+    /// (`cluster.sync_ms`); kept across reloads with the cluster.
+    pub peers: Option<Arc<super::peers::Peers>>,
     /// Instances this build added to running endpoints, to be warmed:
     /// (endpoint name, instance).
     joined: Vec<(String, Arc<Instance>)>,
@@ -68,6 +71,12 @@ impl Runtime {
                 .cloned()
                 .or_else(|| crate::tenancy::cluster::Cluster::start(c))
         });
+        let peers = cluster.as_ref().and_then(|c| {
+            previous
+                .and_then(|p| p.peers.clone())
+                .filter(|old| Arc::ptr_eq(&old.cluster, c))
+                .or_else(|| super::peers::Peers::new(c))
+        });
         let tenancy =
             crate::tenancy::Tenancy::build(&config.tenancy, previous.map(|p| &*p.tenancy), cluster);
         Ok(Self {
@@ -79,6 +88,7 @@ impl Runtime {
             proxies,
             tenancy: Arc::new(tenancy),
             live: previous.map_or_else(Default::default, |p| Arc::clone(&p.live)),
+            peers,
             joined,
         })
     }

@@ -1,6 +1,7 @@
 //! Every fleet-wide background job, started in one place and stopped
 //! together: active health checks, capacity probes, discovery, engine load
-//! readings for the fair queues, and the metrics recorder's upkeep. Each
+//! readings for routing and the fair queues, the replicas' shared state
+//! (`cluster.sync_ms`), and the metrics recorder's upkeep. Each
 //! reads the current runtime every round, so a reload takes effect at once.
 //!
 //! Jobs that belong to one object end with it rather than here: a KV-event
@@ -27,6 +28,7 @@ pub fn start(state: &Arc<AppState>) -> Tasks {
     set.spawn(super::capacity::run(Arc::downgrade(state)));
     set.spawn(super::discovery::run(Arc::downgrade(state)));
     set.spawn(super::queue::engine_poll::run(Arc::downgrade(state)));
+    set.spawn(super::peers::sync::run(Arc::downgrade(state)));
     set.spawn(crate::telemetry::upkeep());
     Tasks { _jobs: set }
 }

@@ -150,6 +150,7 @@ pub fn explain(
         },
         "key": format!("{:016x}", input.key),
         "prompt_tokens_estimate": input.prompt_tokens,
+        "units": units(ep),
         "chain_blocks": input.chain.len(),
         "prompt_tokens": input.kv.as_ref().map(|k| k.tokens),
         "engine_blocks": input.kv.as_ref().map(|k| k.keys.len()),
@@ -162,6 +163,18 @@ pub fn explain(
         "why": why(now.reason, routing.strategy),
         "notes": notes,
     }))
+}
+
+/// The engines' tokens a character the estimates use, and what it rests on.
+fn units(ep: &Endpoint) -> Value {
+    let u = ep.density.snapshot();
+    json!({
+        "tokens_per_char": (u.tokens_per_char * 1e4).round() / 1e4,
+        "source": if u.learned { "learned from answers' usage" } else { "default (4 characters a token)" },
+        "answers": u.answers,
+        "refused": u.refused,
+        "learned_after": kvgate_routing::units::MIN_ANSWERS,
+    })
 }
 
 /// Per instance: load, and for cost-weighing strategies what it holds and what it would cost.

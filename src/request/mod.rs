@@ -49,6 +49,10 @@ pub struct RouteInput {
     /// Estimated prompt tokens (characters of canonical prompt ÷ 4), or the
     /// tokenizer's count under `kv_aware`.
     pub prompt_tokens: u64,
+    /// Characters of the canonical prompt, when the gateway saw it whole:
+    /// what the answer's `usage.prompt_tokens` is set against to learn the
+    /// engine's tokens a character (`kvgate_routing::units`).
+    pub prompt_chars: Option<u64>,
     /// The bytes to forward: the client's, untouched, except that the
     /// admission layer may set the upstream `cache_salt` (see `tenancy::salt`).
     pub body: Bytes,
@@ -79,6 +83,7 @@ impl RouteInput {
             chain: Arc::new([]),
             kv: None,
             prompt_tokens: 0,
+            prompt_chars: None,
             body: Bytes::new(),
             has_cache_salt: false,
             is_object: false,
@@ -95,9 +100,16 @@ impl RouteInput {
 
     /// What a routing policy is told of this request.
     pub fn routing_request(&self) -> kvgate_routing::Request {
+        let routing = &self.endpoint.config.routing;
         kvgate_routing::Request {
             key: self.key,
             prompt_tokens: self.prompt_tokens,
+            // kv_aware matches engine blocks of real tokens: their size is known.
+            block_tokens: if routing.strategy.uses_events() {
+                0
+            } else {
+                self.endpoint.density.block_tokens(routing.block_chars)
+            },
         }
     }
 }
@@ -202,7 +214,7 @@ pub fn analyse_route(
         stream: f.stream,
         partition,
         ids,
-        prompt_tokens: kvgate_routing::cost::tokens_of_chars(body.len()),
+        prompt_tokens: f.endpoint.density.tokens_of(body.len()),
         has_cache_salt: value.get("cache_salt").is_some(),
         is_object: value.is_object(),
         body,

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use kvgate_prefix::Api;
-use kvgate_routing::cost::{block_tokens, tokens_of_chars};
 use serde_json::Value;
 
 use super::RouteInput;
@@ -38,7 +37,9 @@ pub fn key(
     } else {
         seen.max(input.body.len())
     };
-    let estimate = tokens_of_chars(prompt_chars);
+    let density = &input.endpoint.density;
+    let estimate = density.tokens_of(prompt_chars);
+    input.prompt_chars = (seen < scan).then_some(prompt_chars as u64);
     // Embeddings are keyed (for `explain` and load strategies that use it)
     // but not indexed: no generation's cache is reused by a later request.
     if route.uses_strategy() && routing.strategy.uses_index() {
@@ -55,7 +56,7 @@ pub fn key(
             };
             let reach = routing
                 .max_prompt_blocks
-                .saturating_mul(block_tokens(routing.block_chars));
+                .saturating_mul(density.block_tokens(routing.block_chars) as usize);
             super::kv_prompt::kv_prompt(kv, reach, api, &prompt, scope)
         })
         .map(Arc::new);

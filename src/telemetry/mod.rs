@@ -55,6 +55,12 @@ pub const CHARGED_COMPLETION_TOKENS: &str = "kvgate_completion_tokens_total";
 pub const CLUSTER_REDIS_UP: &str = "kvgate_cluster_redis_up";
 pub const CLUSTER_REPLICAS: &str = "kvgate_cluster_replicas";
 pub const CLUSTER_FALLBACK: &str = "kvgate_cluster_fallback_total";
+pub const CLUSTER_SYNC: &str = "kvgate_cluster_sync_total";
+pub const CLUSTER_PEERS: &str = "kvgate_cluster_peers";
+pub const CLUSTER_ROUTED: &str = "kvgate_cluster_routed_total";
+pub const CLUSTER_CATCH_UP: &str = "kvgate_cluster_catch_up_seconds";
+pub const ENGINE_READINGS: &str = "kvgate_engine_readings_total";
+pub const USAGE_REFUSED: &str = "kvgate_usage_refused_total";
 pub const QUEUE_WAITING: &str = "kvgate_queue_waiting";
 pub const QUEUE_WAIT: &str = "kvgate_queue_wait_seconds";
 pub const QUEUE_RELEASED: &str = "kvgate_queue_released_total";
@@ -253,6 +259,30 @@ fn describe() {
     describe_counter!(
         TENANT_SERVICE,
         "Service each tenant received while queueing is on: input_weight x input + output_weight x output tokens"
+    );
+    describe_counter!(
+        CLUSTER_SYNC,
+        "Rounds of sharing routing and fair-queue state with the other replicas (cluster.sync_ms), by outcome (ok, failed: this replica routed on its own view)"
+    );
+    describe_gauge!(
+        CLUSTER_PEERS,
+        "Other replicas whose load figures this replica believes (written within the last second)"
+    );
+    describe_counter!(
+        CLUSTER_ROUTED,
+        "Placed prompts shared through the routed stream, by direction (sent, applied: another replica's, put in this replica's index; dropped: not sent)"
+    );
+    describe_gauge!(
+        CLUSTER_CATCH_UP,
+        "Seconds this replica took at start to read the routed stream's history into its index"
+    );
+    describe_counter!(
+        ENGINE_READINGS,
+        "Readings of the engines' /metrics for routing and queueing, by endpoint, upstream and outcome (ok, failed: routed on the gateway's own counts)"
+    );
+    describe_counter!(
+        USAGE_REFUSED,
+        "Answers whose usage.prompt_tokens was missing, zero or absurd for their prompt: not learned from (tokens a character)"
     );
     describe_counter!(
         CLUSTER_FALLBACK,

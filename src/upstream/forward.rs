@@ -122,6 +122,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             continue;
         }
         instance.series.response_headers(took);
+        share_placement(f.runtime, &f.input, instance, &dispatch, status);
         let outcome = Outcome::new(instance, reason, attempt);
         let from_events = seen.get(idx).is_some_and(|s| s.from_events);
         let decision = record(
@@ -176,6 +177,23 @@ fn record(
             matched,
             (*request, loads.to_vec()),
         ))
+}
+
+/// A placement `longest_prefix` remembers, told to the other replicas
+/// (`fleet::peers`) once the instance has taken the request. `kv_aware`'s
+/// replicas learn the same from the engines' events.
+fn share_placement(
+    runtime: &Runtime,
+    input: &RouteInput,
+    instance: &Instance,
+    dispatch: &Dispatch<'_>,
+    status: StatusCode,
+) {
+    let Some(peers) = &runtime.peers else { return };
+    let strategy = input.endpoint.config.routing.strategy;
+    if status.is_success() && dispatch.inserted().is_some() && !strategy.uses_events() {
+        peers.routed(input.endpoint.name(), &instance.id, &input.chain);
+    }
 }
 
 impl Outcome {
@@ -244,7 +262,7 @@ async fn answer(
         .filter(|_| !from_events)
         .map(|inserted| Calibration {
             inserted,
-            block_tokens: kvgate_routing::cost::block_tokens(ep.config.routing.block_chars) as u64,
+            block_tokens: ep.density.block_tokens(ep.config.routing.block_chars),
             prompt_tokens: input.prompt_tokens,
         });
     let guard = dispatch.into_guard();
@@ -259,9 +277,21 @@ async fn answer(
         guard,
         (keepalive, server.timeouts.idle),
         (input.stream, issuer),
-        (input.admission.clone(), calibration),
+        (input.admission.clone(), calibration, units(input)),
         (started, input.route, decision),
     )
+}
+
+/// What the answer's usage teaches of the engine's tokens a character: the
+/// prompt's characters, when the gateway saw it whole, on a route whose
+/// `prompt_tokens` counts that prompt (generation, not embeddings).
+fn units(input: &RouteInput) -> Option<super::respond::Units> {
+    let generates = matches!(
+        input.route,
+        Route::Chat | Route::Completions | Route::Messages | Route::Responses
+    );
+    let chars = input.prompt_chars.filter(|_| generates)?;
+    Some((Arc::clone(&input.endpoint.density), chars))
 }
 
 /// Why no instance took the request, as the last attempt left it.

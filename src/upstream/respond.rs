@@ -43,13 +43,17 @@ impl Calibration {
     }
 }
 
+/// What an answer's usage teaches of its engine's tokens a character: the
+/// endpoint's estimate and the prompt's characters.
+pub type Units = (Arc<kvgate_routing::units::Density>, u64);
+
 /// Turn the upstream response into the client's, streaming the body through.
 pub fn client_response(
     upstream: axum::http::Response<hyper::body::Incoming>,
     guard: InflightGuard,
     (keepalive, idle): (Option<Duration>, Duration),
     (stream_requested, issuer): (bool, Option<Issuer>),
-    (admission, calibration): (Option<Arc<Admission>>, Option<Calibration>),
+    (admission, calibration, units): (Option<Arc<Admission>>, Option<Calibration>, Option<Units>),
     (started, route, decision): (Instant, Route, Arc<Decision>),
 ) -> Response {
     let status = upstream.status();
@@ -99,6 +103,9 @@ pub fn client_response(
                 instance
                     .series
                     .usage(u.prompt_tokens, u.cached_tokens, u.completion_tokens);
+                if let Some((density, chars)) = &units {
+                    learn_units(density, *chars, u.prompt_tokens, &instance.endpoint);
+                }
                 if let Some(c) = calibration.filter(|c| c.believable(&u)) {
                     let held = u.cached_tokens / c.block_tokens.max(1);
                     instance
@@ -136,6 +143,29 @@ pub fn client_response(
     *resp.status_mut() = status;
     *resp.headers_mut() = hdrs;
     resp
+}
+
+/// One answer's sample of its engine's tokens a character; a refused one
+/// (zero or absurd usage) is counted, and logged once an endpoint.
+fn learn_units(
+    density: &kvgate_routing::units::Density,
+    chars: u64,
+    prompt_tokens: u64,
+    endpoint: &str,
+) {
+    if density.observe(chars, prompt_tokens) {
+        return;
+    }
+    metrics::counter!(crate::telemetry::USAGE_REFUSED, "endpoint" => endpoint.to_owned())
+        .increment(1);
+    if density.snapshot().refused == 1 {
+        tracing::warn!(
+            endpoint,
+            chars,
+            prompt_tokens,
+            "an answer's usage.prompt_tokens is not believable for its prompt; the estimate of tokens a character keeps its value"
+        );
+    }
 }
 
 /// Charge the tenant's tokens per minute with what the request really used:

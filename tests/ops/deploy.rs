@@ -22,6 +22,13 @@ fn render(overlay: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The rendered resource of `kind` named `name`.
+fn resource<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+}
+
 fn kind<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     docs.iter()
         .find(|d| d["kind"] == kind)
@@ -67,8 +74,23 @@ fn the_production_overlay_renders_what_a_rolling_update_needs() {
     let config: Value = serde_saphyr::from_str(&text).unwrap();
     let grace_ms = config["server"]["shutdown_grace_ms"].as_u64().unwrap();
 
-    let deploy = kind(&docs, "Deployment");
+    let deploy = resource(&docs, "Deployment", "kvgate");
     assert_eq!(deploy["spec"]["replicas"], 3);
+    // What the replicas share is configured, and its Redis is rendered
+    // beside them; the gateway's Service selects no Redis pod.
+    assert!(
+        config["cluster"]["redis"]
+            .as_str()
+            .unwrap()
+            .starts_with("redis://kvgate-redis:"),
+        "{text}"
+    );
+    resource(&docs, "Deployment", "kvgate-redis");
+    resource(&docs, "Service", "kvgate-redis");
+    assert_eq!(
+        resource(&docs, "Service", "kvgate")["spec"]["selector"]["app.kubernetes.io/component"],
+        "gateway"
+    );
     let pod = &deploy["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/ready");
@@ -137,7 +159,7 @@ fn the_production_overlay_renders_what_a_rolling_update_needs() {
     let monitor = kind(&docs, "ServiceMonitor");
     let port = monitor["spec"]["endpoints"][0]["port"].as_str().unwrap();
     assert!(
-        kind(&docs, "Service")["spec"]["ports"]
+        resource(&docs, "Service", "kvgate")["spec"]["ports"]
             .as_array()
             .unwrap()
             .iter()
@@ -147,8 +169,16 @@ fn the_production_overlay_renders_what_a_rolling_update_needs() {
 
 #[test]
 fn the_single_overlay_is_one_replica_without_cluster_extras() {
+    // The base runs two replicas sharing one Redis; this overlay one.
+    assert_eq!(
+        resource(&render("production"), "Deployment", "kvgate")["spec"]["replicas"],
+        3
+    );
     let docs = render("single");
-    assert_eq!(kind(&docs, "Deployment")["spec"]["replicas"], 1);
+    assert_eq!(
+        resource(&docs, "Deployment", "kvgate")["spec"]["replicas"],
+        1
+    );
     assert!(
         docs.iter()
             .all(|d| d["kind"] != "HorizontalPodAutoscaler" && d["kind"] != "ServiceMonitor")

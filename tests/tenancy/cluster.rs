@@ -14,13 +14,13 @@ use tokio::process::{Child, Command};
 use super::*;
 
 /// A `redis-server` on a loopback port, without persistence.
-struct Redis {
+pub(super) struct Redis {
     port: u16,
     child: Child,
 }
 
 impl Redis {
-    async fn start() -> Self {
+    pub(super) async fn start() -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -29,7 +29,7 @@ impl Redis {
         Self::start_on(port).await
     }
 
-    async fn start_on(port: u16) -> Self {
+    pub(super) async fn start_on(port: u16) -> Self {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -46,11 +46,11 @@ impl Redis {
         panic!("redis-server did not answer PING on port {port}");
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
-    async fn kill(mut self) -> u16 {
+    pub(super) async fn kill(mut self) -> u16 {
         self.child.kill().await.unwrap();
         self.port
     }
@@ -67,14 +67,14 @@ async fn ping(port: u16) -> bool {
 }
 
 /// One `kvgate serve` process, its log kept line by line.
-struct Replica {
+pub(super) struct Replica {
     addr: String,
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
+    pub(super) child: Child,
+    pub(super) log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Replica {
-    async fn start(yaml: &str) -> Self {
+    pub(super) async fn start(yaml: &str) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "kvgate-cluster-{}-{}",
             std::process::id(),
@@ -112,7 +112,7 @@ impl Replica {
         Self { addr, child, log }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(super) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
@@ -133,7 +133,7 @@ impl Replica {
     }
 
     /// The value of a series without labels, or the first with them.
-    async fn metric(&self, series: &str) -> Option<f64> {
+    pub(super) async fn metric(&self, series: &str) -> Option<f64> {
         let text = self.metrics().await;
         text.lines()
             .filter(|l| l.starts_with(series))
@@ -141,7 +141,7 @@ impl Replica {
     }
 
     /// Until Redis is up for this replica and counts `replicas` of them.
-    async fn sees(&self, replicas: usize) {
+    pub(super) async fn sees(&self, replicas: usize) {
         let mut last = (None, None);
         for _ in 0..300 {
             let up = self.metric("kvgate_cluster_redis_up ").await;
@@ -159,7 +159,7 @@ impl Replica {
         );
     }
 
-    fn logged(&self, needle: &str) -> usize {
+    pub(super) fn logged(&self, needle: &str) -> usize {
         let log = self.log.lock().unwrap();
         log.iter().filter(|l| l.contains(needle)).count()
     }

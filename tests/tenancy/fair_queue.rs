@@ -76,7 +76,8 @@ fn arrivals(up: &Upstream) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_requests_go_by_priority_then_least_service_then_arrival() {
-    let (up, gw, _) = saturated(Duration::from_millis(300), "").await;
+    // Long enough that all five queue behind a0 on a busy machine.
+    let (up, gw, _) = saturated(Duration::from_millis(1000), "").await;
     let mut jobs = vec![spawn(&gw, "/v1/chat/completions", "a", ask("a0"))];
     eventually("a0 holds the slot", || up.seen().len() == 1).await;
     for (n, (key, tag)) in [
@@ -251,6 +252,37 @@ async fn a_tenant_cannot_raise_its_own_priority() {
     assert_eq!(send("picky", "low").await.0, 200, "lowering is allowed");
     assert_eq!(send("vip", "normal").await.0, 200);
     assert_eq!(up.seen().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_priority_header_is_judged_the_same_with_the_queue_off() {
+    let (up, gw, _) = saturated(Duration::from_millis(10), "  enabled: false\n").await;
+    let send = |key: &'static str, priority: &'static str| {
+        let gw = &gw;
+        async move {
+            client()
+                .post(gw.url("/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .header("x-kvgate-priority", priority)
+                .bearer_auth(format!("sk-{key}"))
+                .body(serde_json::to_vec(&ask("p")).unwrap())
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(
+        send("a", "high").await,
+        403,
+        "a tenant not allowed the header"
+    );
+    assert_eq!(send("picky", "high").await, 403, "above its own");
+    assert_eq!(send("picky", "urgent").await, 400);
+    assert_eq!(up.seen().len(), 0, "nothing refused was forwarded");
+    assert_eq!(send("picky", "low").await, 200);
+    assert_eq!(up.seen().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,8 @@
 //! A fresh fleet for one run: simulated instances with cold caches and one or
-//! more replicas of the real gateway in front of them (same config, each its
-//! own `kvgate::serve`), each on its own 127.0.0.1 port, in this process.
+//! more replicas of the real gateway in front of them (same config), each on
+//! its own 127.0.0.1 port: `kvgate::serve` tasks in this process, or with
+//! [`Setup::separate_processes`] `kvgate serve` processes sharing a fresh
+//! `redis-server` (`cluster`, see [`SHARING`]).
 //! Under [`Capacity::Unknown`] the instances export no `vllm:cache_config_info`;
 //! under [`Capacity::Learned`] a cache-aware run starts once every gateway has
 //! learned every instance's capacity from it.
@@ -19,7 +21,26 @@ use crate::gateway_config::{self, InstanceSpec};
 use crate::regime::Capacity;
 use crate::workload::Setup;
 
-/// One gateway replica.
+/// How often replicas as processes share state and read the engines, in
+/// real milliseconds: `cluster.sync_ms` and `queue.engine_poll_ms`.
+pub const SHARING: (u64, u64) = (20, 50);
+
+/// One gateway replica, in this process or its own.
+enum Replica {
+    Task(Gateway),
+    Process(crate::fairness::gateway::GatewayProc),
+}
+
+impl Replica {
+    fn url(&self) -> &str {
+        match self {
+            Self::Task(g) => &g.url,
+            Self::Process(p) => &p.url,
+        }
+    }
+}
+
+/// One gateway replica in this process.
 struct Gateway {
     url: String,
     state: Arc<AppState>,
@@ -34,7 +55,9 @@ pub struct Fleet {
     pub gateways: Vec<String>,
     /// The endpoint (and model) name, unique to this run so its metrics are its own.
     pub endpoint: String,
-    replicas: Vec<Gateway>,
+    replicas: Vec<Replica>,
+    /// The Redis replicas as processes share (dropped last).
+    pub redis: Option<crate::redis_proc::RedisProc>,
 }
 
 impl Fleet {
@@ -76,23 +99,52 @@ impl Fleet {
             })
             .collect();
         let yaml = gateway_config::yaml(setup, arm, endpoint, &instances);
-        let mut replicas = Vec::with_capacity(setup.gateways.max(1));
-        for _ in 0..setup.gateways.max(1) {
-            replicas.push(Gateway::start(&yaml).await?);
-        }
+        let n = setup.gateways.max(1);
+        let mut replicas = Vec::with_capacity(n);
+        let redis = if setup.separate_processes {
+            let redis = crate::redis_proc::RedisProc::start().await?;
+            let bin = crate::fairness::gateway::default_binary().ok_or_else(|| {
+                anyhow::anyhow!("replicas as processes need the kvgate binary beside this one (cargo build --release --bin kvgate)")
+            })?;
+            for r in 0..n {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                    .local_addr()?
+                    .port();
+                let yaml = shared_yaml(&yaml, port, &redis.url());
+                let name = format!("{endpoint}-{r}");
+                let p =
+                    crate::fairness::gateway::GatewayProc::start(&bin, &yaml, port, &name).await?;
+                replicas.push(Replica::Process(p));
+            }
+            Some(redis)
+        } else {
+            for _ in 0..n {
+                replicas.push(Replica::Task(Gateway::start(&yaml).await?));
+            }
+            None
+        };
         let fleet = Self {
-            gateways: replicas.iter().map(|g| g.url.clone()).collect(),
+            gateways: replicas.iter().map(|g| g.url().to_owned()).collect(),
             sims,
             endpoint: endpoint.to_owned(),
             replicas,
+            redis,
         };
         if arm.uses_events() {
-            let states: Vec<Arc<AppState>> = fleet
-                .replicas
-                .iter()
-                .map(|g| Arc::clone(&g.state))
-                .collect();
-            crate::kv_wait::until_heard(&states, endpoint, &fleet.sims).await?;
+            if setup.separate_processes {
+                crate::kv_wait::until_heard_over_http(&fleet.gateways, endpoint, &fleet.sims)
+                    .await?;
+            } else {
+                let states: Vec<Arc<AppState>> = fleet
+                    .replicas
+                    .iter()
+                    .filter_map(|g| match g {
+                        Replica::Task(g) => Some(Arc::clone(&g.state)),
+                        Replica::Process(_) => None,
+                    })
+                    .collect();
+                crate::kv_wait::until_heard(&states, endpoint, &fleet.sims).await?;
+            }
         }
         if arm.cache_aware_defaults() && setup.regime.capacity == Capacity::Learned {
             fleet.until_learned().await;
@@ -104,7 +156,9 @@ impl Fleet {
     /// `/metrics` (at most 5 s; a gateway that learns nothing is reported and
     /// the run goes on, on its default).
     async fn until_learned(&self) {
-        let learned = |g: &Gateway| {
+        let learned = |g: &Replica| {
+            // A process learns it on its own; its first probes come at start.
+            let Replica::Task(g) = g else { return true };
             let rt = g.state.runtime.load_full();
             rt.endpoint(&self.endpoint).is_some_and(|e| {
                 e.instances
@@ -137,12 +191,30 @@ impl Fleet {
     /// Stop the gateways and the instances.
     pub async fn shutdown(mut self) {
         for g in &mut self.replicas {
-            g.stop().await;
+            if let Replica::Task(g) = g {
+                g.stop().await;
+            }
         }
+        // Processes are killed as they drop.
+        self.replicas.clear();
         for sim in self.sims.drain(..) {
             let _ = sim.shutdown().await;
         }
     }
+}
+
+/// The run's YAML for a replica as a process: listening on `port`, sharing
+/// through `redis` every [`SHARING`] ms and reading the engines as often.
+fn shared_yaml(yaml: &str, port: u16, redis: &str) -> String {
+    let (sync, poll) = SHARING;
+    let yaml = yaml.replacen(
+        "listen: \"127.0.0.1:0\"",
+        &format!("listen: \"127.0.0.1:{port}\""),
+        1,
+    );
+    format!(
+        "{yaml}cluster:\n  redis: \"{redis}\"\n  timeout_ms: 500\n  sync_ms: {sync}\nqueue:\n  engine_poll_ms: {poll}\n"
+    )
 }
 
 impl Gateway {

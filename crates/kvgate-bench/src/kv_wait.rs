@@ -70,3 +70,42 @@ async fn probe(client: &reqwest::Client, sim: &SimHandle, round: usize) -> anyho
         .await?;
     Ok(())
 }
+
+/// [`until_heard`] for gateways in other processes: each one's `/metrics`
+/// counts a batch from each instance (`kvgate_kv_events_applied_total`).
+pub async fn until_heard_over_http(
+    gateways: &[String],
+    endpoint: &str,
+    sims: &[SimHandle],
+) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    for (round, _) in (0..ROUNDS).enumerate() {
+        let mut all = true;
+        for g in gateways {
+            let text = client
+                .get(format!("{g}/metrics"))
+                .send()
+                .await?
+                .text()
+                .await?;
+            let samples = crate::prom::parse(&text);
+            let heard = |name: &str| {
+                samples.iter().any(|s| {
+                    s.name == "kvgate_kv_events_applied_total"
+                        && s.label("endpoint") == Some(endpoint)
+                        && s.label("upstream") == Some(name)
+                        && s.value > 0.0
+                })
+            };
+            all &= sims.iter().all(|s| heard(&s.server.config().name));
+        }
+        if all {
+            return Ok(());
+        }
+        for sim in sims {
+            probe(&client, sim, round).await?;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    anyhow::bail!("the gateways did not hear every instance's KV events after {ROUNDS} probes")
+}

@@ -46,6 +46,7 @@ pub mod kv_wait;
 pub mod matrix;
 pub mod prom;
 pub mod readback;
+pub mod redis_proc;
 pub mod regime;
 pub mod report;
 pub mod run;

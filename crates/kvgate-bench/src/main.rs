@@ -172,8 +172,16 @@ async fn main() -> anyhow::Result<()> {
         }
         return run_agents(&args, apis).await;
     }
-    if arrivals.len() > 1 || args.stream.len() > 1 || capacities.len() > 1 || apis.len() > 1 {
-        anyhow::bail!("one --arrivals, --stream, --capacity and --api each without --matrix");
+    let replica_run = args.replicas != [1];
+    // Behind replicas a list of APIs runs each workload over each.
+    if arrivals.len() > 1
+        || args.stream.len() > 1
+        || capacities.len() > 1
+        || (apis.len() > 1 && !replica_run)
+    {
+        anyhow::bail!(
+            "one --arrivals, --stream, --capacity and --api each without --matrix (--api may list several with --replicas)"
+        );
     }
     let mut regime = Regime::default();
     regime.arrivals = arrivals.first().copied().unwrap_or(regime.arrivals);
@@ -193,10 +201,23 @@ async fn main() -> anyhow::Result<()> {
     if args.replicas.contains(&0) {
         anyhow::bail!("--replicas must be at least 1");
     }
-    let replica_run = args.replicas != [1];
     let mut results = Vec::new();
-    for kind in kinds {
+    let runs: Vec<(Kind, Api)> = kinds
+        .iter()
+        .flat_map(|&k| {
+            let apis: Vec<Api> = if apis.is_empty() {
+                vec![regime.api]
+            } else {
+                apis.clone()
+            };
+            apis.into_iter().map(move |a| (k, a))
+        })
+        .collect();
+    for (kind, api) in runs {
         let mut setup = kind.setup(args.quick, args.seed, &args.traces)?;
+        if apis.len() > 1 {
+            setup.id = format!("{} over {api}", setup.id);
+        }
         if let Some(ts) = args.time_scale {
             setup.sim.time_scale = ts;
         }
@@ -216,9 +237,10 @@ async fn main() -> anyhow::Result<()> {
             anyhow::bail!("--kv-token-ratio must be a positive number");
         }
         setup.kv_token_ratio = args.kv_token_ratio;
-        setup.regime = regime;
+        setup.regime = Regime { api, ..regime };
         for &n in &args.replicas {
             setup.gateways = n;
+            setup.separate_processes = replica_run;
             eprintln!(
                 "{}: {} requests, {} KV tokens an instance, {n} gateway replica(s)",
                 setup.id,
@@ -234,7 +256,13 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     if replica_run {
-        let md = args.out.join("replicas.md");
+        // Messages alone has its own file, so both APIs' runs can stand.
+        let name = if apis == [Api::Messages] {
+            "replicas-messages.md"
+        } else {
+            "replicas.md"
+        };
+        let md = args.out.join(name);
         std::fs::write(&md, report::replicas::markdown(&ctx, &results))?;
         eprintln!("wrote {}", md.display());
         return Ok(());

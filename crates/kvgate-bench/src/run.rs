@@ -65,6 +65,12 @@ pub struct RunResult {
     pub routing_p50: Option<f64>,
     pub routing_p99: Option<f64>,
     pub wall: Duration,
+    /// Each instance's most requests running and waiting at once, sampled
+    /// every 10 ms (real) while the run went.
+    pub peak_in_flight: Vec<usize>,
+    /// What the replicas' sharing cost Redis over the run (replicas as
+    /// processes only).
+    pub redis: Option<crate::redis_proc::Traffic>,
     /// The paths and bodies sent, in send order, when asked for.
     pub bodies: Vec<(&'static str, bytes::Bytes)>,
 }
@@ -102,15 +108,32 @@ pub async fn run(
         .no_proxy()
         .pool_max_idle_per_host(1024)
         .build()?;
-    // The recorder is process-wide: any replica's /metrics has every replica's
-    // decisions. The instances' counters and histograms are read before and
+    // In this process the recorder is process-wide: any replica's /metrics
+    // has every replica's decisions; replicas as processes have their own,
+    // summed. The instances' counters and histograms are read before and
     // after, so `kv_aware`'s subscription probes do not count.
-    let gateway = fleet.gateways.first().cloned().unwrap_or_default();
+    let gateways: Vec<String> = if setup.separate_processes {
+        fleet.gateways.clone()
+    } else {
+        fleet.gateways.first().cloned().into_iter().collect()
+    };
+    let gateway_samples = || async {
+        let mut all = Vec::new();
+        for g in &gateways {
+            all.extend(metrics(&client, g).await?);
+        }
+        anyhow::Ok(all)
+    };
     let before = if gateway_metrics {
-        metrics(&client, &gateway).await?
+        gateway_samples().await?
     } else {
         Vec::new()
     };
+    let redis_before = match &fleet.redis {
+        Some(r) => r.traffic().await,
+        None => None,
+    };
+    let peaks = peak_sampler(&fleet);
     let stats_before = fleet.stats();
     let engine_before = engine_ttft(&client, &fleet).await?;
     let target = Target {
@@ -131,10 +154,16 @@ pub async fn run(
     };
     let wall = started.elapsed();
     let after = if gateway_metrics {
-        metrics(&client, &gateway).await?
+        gateway_samples().await?
     } else {
         Vec::new()
     };
+    let redis = match (&fleet.redis, redis_before) {
+        (Some(r), Some(before)) => r.traffic().await.map(|t| t.since(&before)),
+        _ => None,
+    };
+    peaks.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak_in_flight = peaks.1.await.unwrap_or_default();
     let stats: Vec<SimStats> = fleet
         .stats()
         .iter()
@@ -218,8 +247,35 @@ pub async fn run(
         routing_p50: routing.quantile(0.5),
         routing_p99: routing.quantile(0.99),
         wall,
+        peak_in_flight,
+        redis,
         bodies: records.into_iter().filter_map(|r| r.body).collect(),
     })
+}
+
+/// Sample each instance's running + waiting every 10 ms until told to stop;
+/// the most of each.
+fn peak_sampler(
+    fleet: &Fleet,
+) -> (
+    Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<Vec<usize>>,
+) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let servers: Vec<_> = fleet.sims.iter().map(|s| Arc::clone(&s.server)).collect();
+    let flag = Arc::clone(&stop);
+    let task = tokio::spawn(async move {
+        let mut peak = vec![0usize; servers.len()];
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            for (p, s) in peak.iter_mut().zip(&servers) {
+                let st = s.stats();
+                *p = (*p).max(st.running + st.waiting);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        peak
+    });
+    (stop, task)
 }
 
 fn hit_by_turn(records: &[Record]) -> Option<[f64; 3]> {

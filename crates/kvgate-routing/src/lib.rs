@@ -14,6 +14,7 @@ pub mod index;
 mod longest;
 pub mod ring;
 mod simple;
+pub mod units;
 
 pub use bounded::PrefixAware;
 pub use cost::{Cost, CostModel};
@@ -118,6 +119,9 @@ pub struct Request {
     pub key: u64,
     /// Estimated prompt tokens.
     pub prompt_tokens: u64,
+    /// Tokens a matched block stands for, as learned of the engine
+    /// ([`units::Density`]); 0: the policy's own ([`CostModel::block_tokens`]).
+    pub block_tokens: u64,
 }
 
 impl Request {

@@ -42,7 +42,15 @@ impl LongestPrefix {
     }
 
     fn cost_of(&self, request: &Request, load: &Load) -> Cost {
-        self.model.cost(request.prompt_tokens, load)
+        self.model_for(request).cost(request.prompt_tokens, load)
+    }
+
+    /// The model with the request's learned block size, where it has one.
+    fn model_for(&self, request: &Request) -> CostModel {
+        match request.block_tokens {
+            0 => self.model,
+            t => CostModel { block_tokens: t },
+        }
     }
 }
 
@@ -100,7 +108,7 @@ impl Policy for LongestPrefix {
     }
 
     fn queued_charge(&self, request: &Request, load: &Load) -> u64 {
-        self.model
+        self.model_for(request)
             .queued_charge(request.prompt_tokens, load.matched_blocks)
     }
 }
@@ -124,6 +132,7 @@ mod tests {
         Request {
             key: 42,
             prompt_tokens,
+            block_tokens: 0,
         }
     }
 
@@ -233,6 +242,27 @@ mod tests {
             l.available = false;
         }
         assert_eq!(p.plan(&req(8000), &loads).reason, Reason::LastResort);
+    }
+
+    #[test]
+    fn a_learned_block_size_values_matched_blocks_in_the_engines_tokens() {
+        let p = policy(2, 64);
+        let mut loads = [0, 0].map(Load::with_in_flight);
+        loads[0].matched_blocks = 10;
+        loads[0].queued_prefill = 1000;
+        // 64 tokens a block (4 characters a token): 640 cached, not worth the queue.
+        assert_eq!(p.plan(&req(2000), &loads).order[0], 1);
+        // The engine counts 2 characters a token: 1,280 cached, worth it.
+        let learned = Request {
+            block_tokens: 128,
+            ..req(2000)
+        };
+        let plan = p.plan(&learned, &loads);
+        assert_eq!((plan.order[0], plan.reason), (0, Reason::CacheHit));
+        assert_eq!(
+            p.queued_charge(&learned, &loads[0]),
+            720 + crate::cost::REQUEST_OVERHEAD
+        );
     }
 
     #[test]

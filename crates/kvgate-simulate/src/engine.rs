@@ -154,6 +154,7 @@ pub fn run(
                 let request = Request {
                     key: routing.keys.get(next).copied().unwrap_or(0),
                     prompt_tokens: w.requests.get(next).map_or(0, |r| r.prompt_tokens as u64),
+                    block_tokens: 0,
                 };
                 let plan = policy.plan(&request, &loads);
                 let target = plan.order.first().copied().unwrap_or(0).min(n - 1);

@@ -1,7 +1,9 @@
 //! Reading each instance's load from its engine (`/metrics`, see
-//! `fleet::engine_load`) every `queue.engine_poll_ms` while queueing is
-//! on, and releasing waiting requests when an engine has room again.
-//! Never on the request path.
+//! `fleet::engine_load`) every `queue.engine_poll_ms` — for endpoints routed
+//! by a cache-aware strategy, which weigh it, and for all while queueing is
+//! on — and releasing waiting requests when an engine has room again.
+//! Never on the request path. An engine whose `/metrics` is missing or
+//! unreadable is routed on the gateway's own counts: counted, logged once.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -23,18 +25,23 @@ pub async fn run(state: Weak<AppState>) {
         let rt = live.runtime.load_full();
         drop(live);
         let (enabled, poll) = (rt.config.queue.enabled, rt.config.queue.engine_poll);
-        if !enabled {
+        let wanted =
+            |ep: &&Arc<crate::fleet::Endpoint>| enabled || ep.config.routing.strategy.uses_index();
+        if !rt.endpoints.iter().any(|ep| wanted(&ep)) {
+            drop(rt);
             tokio::time::sleep(IDLE).await;
             continue;
         }
-        let reads = rt.endpoints.iter().flat_map(|ep| {
+        let reads = rt.endpoints.iter().filter(wanted).flat_map(|ep| {
             ep.instances
                 .iter()
                 .map(|inst| read(rt.client.clone(), Arc::clone(inst)))
         });
         join_all(reads).await;
-        for ep in &rt.endpoints {
-            ep.queue.pump();
+        if enabled {
+            for ep in &rt.endpoints {
+                ep.queue.pump();
+            }
         }
         drop(rt);
         tokio::time::sleep(poll).await;
@@ -44,7 +51,21 @@ pub async fn run(state: Weak<AppState>) {
 async fn read(client: reqwest::Client, inst: Arc<Instance>) {
     use crate::fleet::engine_load::{fetch_metrics, parse};
     let text = fetch_metrics(&client, &inst.url, TIMEOUT).await;
-    if let Some(reading) = text.as_deref().and_then(parse) {
-        inst.engine_read(reading);
+    let reading = text.as_deref().and_then(parse);
+    let outcome = if reading.is_some() { "ok" } else { "failed" };
+    metrics::counter!(
+        crate::telemetry::ENGINE_READINGS,
+        "endpoint" => inst.endpoint.clone(),
+        "upstream" => inst.id.clone(),
+        "outcome" => outcome
+    )
+    .increment(1);
+    match reading {
+        Some(reading) => inst.engine_read(reading),
+        None => {
+            if inst.engine.failed_first() {
+                tracing::warn!(endpoint = %inst.endpoint, instance = %inst.id, "no engine load readable at /metrics; routing on the gateway's own counts");
+            }
+        }
     }
 }

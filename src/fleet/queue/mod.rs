@@ -10,10 +10,12 @@
 //! client that leaves is taken out at once; shutdown refuses what waits;
 //! the queue belongs to its endpoint and survives reloads.
 //!
-//! Each replica queues its own requests: with R replicas each sees its share
-//! of every tenant's traffic, so the service gap between two backlogged
-//! tenants is bounded per replica and at most R times the single-gateway
-//! bound across the fleet (no counter is shared through Redis).
+//! Each replica queues its own requests, but with replicas sharing their
+//! state (`cluster.sync_ms`, see `fleet::peers`) every tenant's counter
+//! holds the service the whole fleet gave it, as of the others' last round:
+//! a tenant spread over R replicas is served as one, and the gap between
+//! two backlogged tenants keeps the single gateway's bound plus what one
+//! round (`sync_ms`) of the others' service adds.
 
 pub mod engine_poll;
 pub mod order;
@@ -73,6 +75,8 @@ struct Inner {
     /// Released requests that have not yet taken an instance's slot.
     reserved: usize,
     closed: bool,
+    /// The other replicas' service to each tenant at their last round.
+    peer_service: std::collections::HashMap<String, f64>,
 }
 
 impl FairQueue {
@@ -296,6 +300,32 @@ impl FairQueue {
             }
         }
         self.waiting.store(inner.order.len(), Ordering::Relaxed);
+    }
+
+    /// Every tenant's service as this replica alone counted it, ever (for
+    /// the other replicas).
+    pub fn own_service(&self) -> Vec<(String, f64)> {
+        self.lock().order.own_service()
+    }
+
+    /// The other replicas' service to each tenant, summed (their totals):
+    /// what grew since the last round is counted here. A total that went
+    /// down (a replica gone) counts nothing and becomes the new mark; a
+    /// tenant missing from a round keeps its mark.
+    pub fn set_peer_service(&self, totals: &std::collections::HashMap<String, f64>) {
+        if totals.is_empty() && self.lock().peer_service.is_empty() {
+            return;
+        }
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        for (tenant, &total) in totals {
+            let seen = inner.peer_service.entry(tenant.clone()).or_insert(0.0);
+            let grew = total - *seen;
+            *seen = total;
+            if grew > 0.0 {
+                inner.order.peer_served(tenant, grew);
+            }
+        }
     }
 
     /// Shutdown: refuse everything waiting, and whatever comes later.

@@ -22,8 +22,11 @@ use crate::tenancy::priority::Priority;
 /// One tenant's waiting requests and its counter.
 #[derive(Debug)]
 struct Tenant<W> {
-    /// Weighted service ÷ the tenant's weight.
+    /// Weighted service ÷ the tenant's weight: this replica's and, with
+    /// replicas sharing (`fleet::peers`), the others'.
     service: f64,
+    /// What this replica alone has counted of it, ever (shared with the others).
+    own: f64,
     /// Waiting requests by priority (index: [`slot`]), oldest first.
     waiting: [VecDeque<(u64, W)>; 3],
 }
@@ -32,6 +35,7 @@ impl<W> Default for Tenant<W> {
     fn default() -> Self {
         Self {
             service: 0.0,
+            own: 0.0,
             waiting: Default::default(),
         }
     }
@@ -154,9 +158,35 @@ impl<W> Order<W> {
             .entry(Arc::from(tenant))
             .or_insert_with(|| Tenant {
                 service: lift,
-                waiting: Default::default(),
+                ..Tenant::default()
             });
-        t.service += weighted / weight.max(1e-9);
+        let served = weighted / weight.max(1e-9);
+        t.service += served;
+        t.own += served;
+    }
+
+    /// Service the other replicas gave `tenant` (already ÷ its weight) since
+    /// the last round: it counts here as if served here, but is not this
+    /// replica's to share.
+    pub fn peer_served(&mut self, tenant: &str, served: f64) {
+        let lift = self.floor;
+        let t = self
+            .tenants
+            .entry(Arc::from(tenant))
+            .or_insert_with(|| Tenant {
+                service: lift,
+                ..Tenant::default()
+            });
+        t.service += served;
+    }
+
+    /// Every tenant's service as this replica alone counted it.
+    pub fn own_service(&self) -> Vec<(String, f64)> {
+        self.tenants
+            .iter()
+            .filter(|(_, t)| t.own > 0.0)
+            .map(|(name, t)| (name.to_string(), t.own))
+            .collect()
     }
 
     /// Count service to a request served at once, nobody waiting: the
@@ -168,7 +198,9 @@ impl<W> Order<W> {
             t.service = t.service.max(floor);
         }
         let before = t.service;
-        t.service += weighted / weight.max(1e-9);
+        let served = weighted / weight.max(1e-9);
+        t.service += served;
+        t.own += served;
         self.floor = self.floor.max(before);
     }
 
@@ -271,6 +303,29 @@ mod tests {
         o.push("n1", Priority::Normal, "n1");
         o.push("n2", Priority::Normal, "n2");
         assert_eq!(o.service("n2"), 1e6);
+    }
+
+    #[test]
+    fn service_other_replicas_gave_orders_tenants_here_but_is_not_shared_again() {
+        let mut o = Order::default();
+        o.charge("flood", 100.0, 1.0);
+        o.charge("steady", 100.0, 1.0);
+        o.push("flood", Priority::Normal, "f");
+        o.push("steady", Priority::Normal, "s");
+        // Both backlogged; the flood was served 900 more at the other replicas.
+        o.peer_served("flood", 900.0);
+        assert_eq!(order(&mut o), ["s", "f"], "the fleet's service decides");
+        assert_eq!(o.service("flood"), 1000.0);
+        let mut own = o.own_service();
+        own.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            own,
+            [("flood".to_owned(), 100.0), ("steady".to_owned(), 100.0)],
+            "what the others counted is theirs to share"
+        );
+        // A tenant first seen through the others rejoins at the mark, not at 0.
+        o.peer_served("new", 5.0);
+        assert_eq!(o.service("new"), 1005.0);
     }
 
     #[test]

@@ -101,6 +101,37 @@ impl Cluster {
         }
     }
 
+    /// This process's id in the replica set (a UUID made at start).
+    pub fn replica_id(&self) -> &str {
+        &self.replica_id
+    }
+
+    /// A key under `cluster.key_prefix`.
+    pub fn prefixed(&self, what: &str) -> String {
+        format!("{}{what}", self.config.key_prefix)
+    }
+
+    /// Run `pipe` (the routing and fair-queue sync of `fleet::peers`), one
+    /// reply a command; `None` when Redis is known to be down, fails, or
+    /// takes longer than `timeout_ms`. Off the request path.
+    pub async fn pipeline(&self, pipe: &redis::Pipeline) -> Option<Vec<redis::Value>> {
+        if self.state.load(Ordering::Acquire) == DOWN {
+            return None;
+        }
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.config.timeout, pipe.query_async(&mut conn)).await {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                self.went_down(&e.to_string());
+                None
+            }
+            Err(_) => {
+                self.went_down(&format!("no answer within {:?}", self.config.timeout));
+                None
+            }
+        }
+    }
+
     fn key(&self, tenant: &str, what: &str) -> String {
         format!("{}{what}:{tenant}", self.config.key_prefix)
     }

@@ -10,6 +10,8 @@
 //!   timeout_ms: 100         # longest a request waits on one Redis call
 //!   heartbeat_ms: 1000      # replica count, slot leases, reconnect probes
 //!   slot_lease_ms: 10000    # a dead replica's concurrency slots free after this
+//!   sync_ms: 50             # how often routing and fair-queue state is shared (0: not shared)
+//!   routed_history: 20000   # routed prompts kept for a replica that starts to catch up on
 //! ```
 
 use std::time::Duration;
@@ -29,12 +31,16 @@ pub struct RawCluster {
     pub timeout_ms: Option<u64>,
     pub heartbeat_ms: Option<u64>,
     pub slot_lease_ms: Option<u64>,
+    pub sync_ms: Option<u64>,
+    pub routed_history: Option<u64>,
 }
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 100;
 pub const DEFAULT_HEARTBEAT_MS: u64 = 1000;
 pub const DEFAULT_SLOT_LEASE_MS: u64 = 10_000;
 pub const DEFAULT_KEY_PREFIX: &str = "kvgate:";
+pub const DEFAULT_SYNC_MS: u64 = 50;
+pub const DEFAULT_ROUTED_HISTORY: u64 = 20_000;
 
 /// Validated `cluster` settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +54,12 @@ pub struct ClusterConfig {
     pub timeout: Duration,
     pub heartbeat: Duration,
     pub slot_lease: Duration,
+    /// How often a replica shares its routing and fair-queue state and reads
+    /// the others' (`fleet::peers`); `None`: not shared.
+    pub sync: Option<Duration>,
+    /// Routed prompts the shared stream keeps (about), for a replica that
+    /// starts to replay.
+    pub routed_history: u64,
 }
 
 pub(crate) fn validate(raw: Option<RawCluster>) -> Result<Option<ClusterConfig>, ConfigError> {
@@ -94,6 +106,25 @@ pub(crate) fn validate(raw: Option<RawCluster>) -> Result<Option<ClusterConfig>,
             "must be at least three heartbeat_ms, so a late renewal never frees a live slot",
         ));
     }
+    let sync = match raw.sync_ms.unwrap_or(DEFAULT_SYNC_MS) {
+        0 => None,
+        v @ 10..=10_000 => Some(Duration::from_millis(v)),
+        v => {
+            return Err(ConfigError::new(
+                "cluster.sync_ms",
+                format!("{v} is outside 10..=10000 (0 turns sharing off)"),
+            ));
+        }
+    };
+    let routed_history = match raw.routed_history.unwrap_or(DEFAULT_ROUTED_HISTORY) {
+        v @ 100..=10_000_000 => v,
+        v => {
+            return Err(ConfigError::new(
+                "cluster.routed_history",
+                format!("{v} is outside 100..=10000000"),
+            ));
+        }
+    };
     let replicas = match raw.replicas.unwrap_or(1) {
         n @ 1..=10_000 => n as u32,
         n => {
@@ -120,6 +151,8 @@ pub(crate) fn validate(raw: Option<RawCluster>) -> Result<Option<ClusterConfig>,
         timeout,
         heartbeat,
         slot_lease,
+        sync,
+        routed_history,
     }))
 }
 
@@ -164,6 +197,15 @@ mod tests {
         assert_eq!(c.replicas, 1);
         assert_eq!(c.timeout, Duration::from_millis(100));
         assert_eq!(c.slot_lease, Duration::from_secs(10));
+        assert_eq!(c.sync, Some(Duration::from_millis(50)));
+        assert_eq!(c.routed_history, 20_000);
+        let off = validate(Some(RawCluster {
+            sync_ms: Some(0),
+            ..raw("redis://h")
+        }))
+        .unwrap()
+        .unwrap();
+        assert_eq!(off.sync, None);
         assert_eq!(validate(None).unwrap(), None);
         let err = |r: RawCluster| validate(Some(r)).unwrap_err().to_string();
         let e = err(RawCluster {
@@ -181,6 +223,11 @@ mod tests {
             ..raw("redis://h")
         });
         assert!(e.contains("cluster.key_prefix"), "{e}");
+        let e = err(RawCluster {
+            sync_ms: Some(5),
+            ..raw("redis://h")
+        });
+        assert!(e.contains("cluster.sync_ms"), "{e}");
         let e = err(RawCluster {
             replicas: Some(2),
             ..RawCluster::default()

@@ -1,5 +1,6 @@
 //! One arm: a fresh fleet of simulated instances (in this process), a fresh
-//! gateway process in front of them, the arm's tenants' arrivals played on
+//! gateway process in front of them (or `--replicas` of them sharing a fresh
+//! Redis, each sent every n-th request), the arm's tenants' arrivals played on
 //! the simulated clock, the samples taken meanwhile, and the gateway's CPU
 //! time over the run.
 
@@ -89,30 +90,55 @@ pub async fn run(opts: &Options, kind: Kind, requests: &[Request]) -> anyhow::Re
         sims.push(spawn(cfg, SocketAddr::from(([127, 0, 0, 1], 0))).await?);
     }
     let urls: Vec<String> = sims.iter().map(SimHandle::url).collect();
-    let port = gateway::free_port()?;
     let queue = kind.queues(opts).then_some(&opts.queue);
-    let yaml = gateway::yaml(port, super::MODEL, &urls, queue, ts);
     let name = match kind {
         Kind::Alone(t) => TENANTS[t].name,
         Kind::FloodQueueOff => "off",
         Kind::FloodQueueOn => "on",
     };
-    let gw = Arc::new(GatewayProc::start(&opts.kvgate, &yaml, port, name).await?);
+    // Several replicas share their fair service through one Redis; a lone
+    // gateway runs as it always has, on nothing shared.
+    let redis = if opts.replicas > 1 {
+        Some(crate::redis_proc::RedisProc::start().await?)
+    } else {
+        None
+    };
+    let mut gateways = Vec::with_capacity(opts.replicas.max(1));
+    for r in 0..opts.replicas.max(1) {
+        let port = gateway::free_port()?;
+        let mut yaml = gateway::yaml(port, super::MODEL, &urls, queue, ts);
+        if let Some(redis) = &redis {
+            let sync = crate::fleet::SHARING.0;
+            yaml.push_str(&format!(
+                "cluster:\n  redis: \"{}\"\n  timeout_ms: 500\n  sync_ms: {sync}\n",
+                redis.url()
+            ));
+        }
+        let name = format!("{name}-r{r}");
+        gateways.push(GatewayProc::start(&opts.kvgate, &yaml, port, &name).await?);
+    }
+    let gateways = Arc::new(gateways);
     let clients = TENANTS
         .iter()
         .map(|t| client::for_tenant(&t.key()))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let sims = Arc::new(sims);
-    let url = format!("{}/v1/chat/completions", gw.url);
+    let urls: Vec<String> = gateways
+        .iter()
+        .map(|g| format!("{}/v1/chat/completions", g.url))
+        .collect();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
     let t0 = Instant::now() + Duration::from_millis(200);
-    let cpu_start = gw.cpu_seconds();
+    let cpu = {
+        let gateways = Arc::clone(&gateways);
+        move || gateways.iter().map(GatewayProc::cpu_seconds).sum::<f64>()
+    };
+    let cpu_start = cpu();
     let sampler = {
-        let gw2 = Arc::clone(&gw);
         tokio::spawn(sampler::run(
-            gw.url.clone(),
-            move || gw2.cpu_seconds(),
+            gateways.iter().map(|g| g.url.clone()).collect(),
+            cpu.clone(),
             Arc::clone(&sims),
             t0,
             ts,
@@ -120,9 +146,10 @@ pub async fn run(opts: &Options, kind: Kind, requests: &[Request]) -> anyhow::Re
         ))
     };
     let mut tasks = JoinSet::new();
-    for r in requests.iter().filter(|r| kind.sends(r.tenant)) {
+    // Each request to the next replica, as a balancer without affinity sends them.
+    for (n, r) in requests.iter().filter(|r| kind.sends(r.tenant)).enumerate() {
         let client = clients[r.tenant].clone();
-        let url = url.clone();
+        let url = urls[n % urls.len()].clone();
         let r = r.clone();
         let cap = Duration::from_secs_f64(opts.ttft_cap.as_secs_f64() * ts);
         tasks.spawn(async move {
@@ -142,16 +169,22 @@ pub async fn run(opts: &Options, kind: Kind, requests: &[Request]) -> anyhow::Re
         records.push(done?);
     }
     let wall = t0.elapsed();
-    let gateway_cpu = gw.cpu_seconds() - cpu_start;
+    let gateway_cpu = cpu() - cpu_start;
     let _ = stop_tx.send(true);
     let samples = sampler.await.unwrap_or_default();
-    let warnings = std::fs::read_to_string(&gw.log)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
-        .map(str::to_owned)
+    let warnings = gateways
+        .iter()
+        .flat_map(|g| {
+            std::fs::read_to_string(&g.log)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
         .collect();
-    drop(gw);
+    drop(gateways);
+    drop(redis);
     if let Ok(sims) = Arc::try_unwrap(sims) {
         for sim in sims {
             let _ = sim.shutdown().await;

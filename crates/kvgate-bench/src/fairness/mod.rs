@@ -18,6 +18,7 @@
 pub mod arm;
 pub mod client;
 pub mod gateway;
+pub mod replicas;
 pub mod report;
 pub mod results;
 pub mod sampler;
@@ -80,6 +81,11 @@ pub struct Args {
     /// Also write every arm's once-a-second samples here, as CSV.
     #[arg(long)]
     pub samples_csv: Option<PathBuf>,
+    /// Gateway replicas (`1,2,4`): anything but `1` runs the flood with the
+    /// queue on behind each count, every replica its own process sharing
+    /// one Redis, each sent every n-th request, into `replicas-fairness.md`.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize])]
+    pub replicas: Vec<usize>,
 }
 
 /// Everything an arm needs.
@@ -102,6 +108,8 @@ pub struct Options {
     pub shares: [f64; 3],
     /// Whether the unloaded baselines queue too.
     pub unloaded_queue: bool,
+    /// Gateway replicas in front of the instances.
+    pub replicas: usize,
 }
 
 impl Options {
@@ -164,6 +172,7 @@ impl Options {
             seed: args.seed,
             shares,
             unloaded_queue: args.unloaded_queue,
+            replicas: 1,
         })
     }
 
@@ -198,6 +207,9 @@ pub async fn run(args: &Args, ctx: &Context) -> anyhow::Result<PathBuf> {
         opts.duration.as_secs_f64(),
         opts.sim.time_scale
     );
+    if args.replicas != [1] {
+        return replicas::run(args, ctx, &opts, &requests, (capacity, fair_share), build).await;
+    }
     let mut runs: Vec<ArmRun> = Vec::new();
     for kind in [
         Kind::Alone(STEADY),

@@ -1,4 +1,4 @@
-//! Once a simulated second: the gateway's `/metrics` (each tenant's weighted
+//! Once a simulated second: the gateway's `/metrics` (every replica's, summed) (each tenant's weighted
 //! service, `kvgate_tenant_service_total`, and its requests waiting in the
 //! queue, `kvgate_queue_waiting`), its CPU time, and the instances' own
 //! gauges and counters (running, waiting, KV usage, tokens processed).
@@ -67,7 +67,7 @@ fn read_engines(sims: &[SimHandle], sample: &mut Sample) {
 /// Read every `time_scale` real seconds from `t0` until `stop` turns true;
 /// the samples in order.
 pub async fn run(
-    gateway: String,
+    gateways: Vec<String>,
     cpu: impl Fn() -> f64,
     sims: Arc<Vec<SimHandle>>,
     t0: Instant,
@@ -90,11 +90,14 @@ pub async fn run(
             ..Sample::default()
         };
         read_engines(&sims, &mut sample);
-        if let Some(c) = &client
-            && let Ok(r) = c.get(format!("{gateway}/metrics")).send().await
-            && let Ok(text) = r.text().await
-        {
-            read_gateway(&text, &mut sample);
+        // Replicas count their own service and queues: summed, the fleet's.
+        for gateway in &gateways {
+            if let Some(c) = &client
+                && let Ok(r) = c.get(format!("{gateway}/metrics")).send().await
+                && let Ok(text) = r.text().await
+            {
+                read_gateway(&text, &mut sample);
+            }
         }
         out.push(sample);
         if *stop.borrow() {

@@ -20,17 +20,24 @@ pub fn markdown(ctx: &Context, results: &[WorkloadResult]) -> String {
     let _ = writeln!(s, "- Machine: {}\n", ctx.machine);
     let _ = writeln!(
         s,
-        "Each run starts N replicas of the gateway (each its own `kvgate::serve` on \
-         its own port, the same config, the same fresh simulated fleet) and the load \
-         generator sends every request to the next replica in turn, as a round-robin \
-         balancer in front of them would, so consecutive turns of one conversation \
-         reach different replicas. `longest_prefix` replicas each guess what the \
-         instances hold from the requests they routed themselves; `kv_aware` replicas \
-         all subscribe to every instance's KV events and so see the same state. KV hit \
-         rate, ceiling, TTFT and shares are measured as in `routing.md` (`kv_aware`'s \
+        "Each run starts N replicas of the gateway, each its own `kvgate serve` process \
+         (the same config, the same fresh simulated fleet), sharing one fresh \
+         `redis-server` through `cluster` (`sync_ms: {sync}`, engine readings every \
+         {poll} ms, real time), and the load generator sends every request to the next \
+         replica in turn, as a round-robin balancer in front of them would, so \
+         consecutive turns of one conversation reach different replicas. Replicas share \
+         their per-instance in-flight counts, queued prefill and recent work, and \
+         `longest_prefix` its placements (see the README's *Several replicas*); \
+         `kv_aware` replicas all subscribe to every instance's KV events. KV hit rate, \
+         ceiling, TTFT and shares are measured as in `routing.md` (`kv_aware`'s \
          instances count SmolLM2 tokens, the others 4-byte chunks: hit rates are ratios, \
-         and each arm's *of ceiling* is against the ceiling counted its own way). Every \
-         figure in a row comes from one run.\n"
+         and each arm's *of ceiling* is against the ceiling counted its own way). *Peak* \
+         is the most requests any one instance had running and waiting at once, sampled \
+         every 10 ms; *Redis a request* is the commands and bytes (in + out) Redis \
+         handled over the run divided by its requests. Every figure in a row comes from \
+         one run.\n",
+        sync = crate::fleet::SHARING.0,
+        poll = crate::fleet::SHARING.1,
     );
     let mut ids: Vec<&str> = Vec::new();
     for w in results {
@@ -59,9 +66,9 @@ fn table(s: &mut String, id: &str, results: &[&WorkloadResult]) {
     let _ = writeln!(
         s,
         "| strategy | replicas | KV hit | of ceiling | P50 TTFT | P90 TTFT | engine P50 / P90 | \
-         instance shares (%) | cache_spread | failed |"
+         instance shares (%) | peak in flight | cache_spread | Redis a request | failed |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut arms: Vec<Arm> = Vec::new();
     for w in results {
         for r in &w.runs {
@@ -80,7 +87,7 @@ fn table(s: &mut String, id: &str, results: &[&WorkloadResult]) {
                 .collect();
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.1}% | {:.0}% | {} | {} | {} / {} | {} | {} | {} |",
+                "| {} | {} | {:.1}% | {:.1}% | {} | {} | {} / {} | {} | {} | {} | {} | {} |",
                 arm.label(),
                 w.gateways,
                 100.0 * r.hit_rate,
@@ -90,7 +97,9 @@ fn table(s: &mut String, id: &str, results: &[&WorkloadResult]) {
                 r.engine_ttft_p50.map_or_else(|| "–".to_owned(), ms),
                 r.engine_ttft_p90.map_or_else(|| "–".to_owned(), ms),
                 shares.join(" "),
+                r.peak_in_flight.iter().max().copied().unwrap_or(0),
                 r.decisions_of("cache_spread"),
+                redis_per_request(r),
                 r.failed,
             );
         }
@@ -112,4 +121,19 @@ fn table(s: &mut String, id: &str, results: &[&WorkloadResult]) {
         let _ = writeln!(s, "- `{}` of ceiling: {}", arm.label(), runs.join(", "));
     }
     let _ = writeln!(s);
+}
+
+/// Redis commands and bytes a request, e.g. `3.1 cmd, 1.2 KB`.
+fn redis_per_request(r: &crate::RunResult) -> String {
+    match r.redis {
+        Some(t) if r.requests > 0 => {
+            let n = r.requests as f64;
+            format!(
+                "{:.1} cmd, {:.1} KB",
+                t.commands as f64 / n,
+                (t.bytes_in + t.bytes_out) as f64 / n / 1e3
+            )
+        }
+        _ => "–".to_owned(),
+    }
 }

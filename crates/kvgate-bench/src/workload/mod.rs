@@ -84,6 +84,11 @@ pub struct Setup {
     /// Gateway replicas in front of the instances (`--replicas`), each sent
     /// every n-th request.
     pub gateways: usize,
+    /// Each replica its own `kvgate serve` process (the release binary
+    /// beside this one), sharing state through a `redis-server` started for
+    /// the run (`cluster.sync_ms`); otherwise `kvgate::serve` tasks in this
+    /// process that share nothing.
+    pub separate_processes: bool,
     pub sim: SimConfig,
     pub routing: Routing,
     pub sessions: Vec<Session>,

@@ -169,6 +169,7 @@ pub(super) fn setup(trace: Trace, path: &Path, size: Size) -> anyhow::Result<Set
         trace_ceiling: Some(trace.ceiling()),
         cache_scale: 1.0,
         gateways: 1,
+        separate_processes: false,
         kv_token_ratio: 1.0,
         regime: Regime::default(),
     })

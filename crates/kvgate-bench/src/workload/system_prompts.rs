@@ -120,6 +120,7 @@ pub(super) fn setup(size: Size, seed: u64) -> Setup {
         trace_ceiling: None,
         cache_scale: 1.0,
         gateways: 1,
+        separate_processes: false,
         kv_token_ratio: 1.0,
         regime: Regime::default(),
     }

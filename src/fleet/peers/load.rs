@@ -1,0 +1,45 @@
+//! What the other replicas have dispatched to one instance, as of their last
+//! shared reading: in flight, prefill still queued, recent work. Written by
+//! the sync task, read on every routing decision (relaxed atomics, no lock).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// The other replicas' figures for one instance; all zero while alone.
+#[derive(Debug, Default)]
+pub struct PeerLoad {
+    in_flight: AtomicU64,
+    queued_prefill: AtomicU64,
+    recent_work: AtomicU64,
+}
+
+/// One replica's (or the sum of several replicas') figures for an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Figures {
+    pub in_flight: u64,
+    pub queued_prefill: u64,
+    pub recent_work: u64,
+}
+
+impl Figures {
+    pub fn add(&mut self, other: &Figures) {
+        self.in_flight = self.in_flight.saturating_add(other.in_flight);
+        self.queued_prefill = self.queued_prefill.saturating_add(other.queued_prefill);
+        self.recent_work = self.recent_work.saturating_add(other.recent_work);
+    }
+}
+
+impl PeerLoad {
+    pub fn set(&self, f: Figures) {
+        self.in_flight.store(f.in_flight, Relaxed);
+        self.queued_prefill.store(f.queued_prefill, Relaxed);
+        self.recent_work.store(f.recent_work, Relaxed);
+    }
+
+    pub fn get(&self) -> Figures {
+        Figures {
+            in_flight: self.in_flight.load(Relaxed),
+            queued_prefill: self.queued_prefill.load(Relaxed),
+            recent_work: self.recent_work.load(Relaxed),
+        }
+    }
+}
