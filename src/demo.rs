@@ -157,6 +157,10 @@ kvgate demo: gateway on http://{addr} in front of {n} simulated vLLM instances
   ({fleet})
   model "{model}"; routing {routing}
 
+Live console: http://{addr}/console
+  sign in with this run's admin token: {admin_token}
+  (every request below shows up under Decisions within a second; click one to explain it)
+
 Try it: run the curl twice. The second call shares the long system prompt, lands on the
 same (now warm) instance, reports cached_tokens and answers much sooner:
 

@@ -22,6 +22,7 @@
 //! |---|---|
 //! | [`demo`] | the embedded demo fleet behind `kvgate demo` |
 //! | [`api`] | the HTTP surface: route table, layer stack, the typed inference pipeline, handlers |
+//! | [`console`] | the live console (`/console`): page, login, snapshot, SSE, decision explain |
 //! | [`server`] | accept loop, connection workers, the connection guard (framing, timeouts) |
 //! | [`upstream`] | one routed request: forward, dispatch, attempt, the answer's relay and usage |
 //! | [`request`] | a request's bytes → the [`request::RouteInput`] a policy sees; `explain` |
@@ -42,6 +43,7 @@
 pub mod anthropic;
 pub mod api;
 pub mod config;
+pub mod console;
 pub mod demo;
 pub mod error;
 pub mod fleet;

@@ -81,6 +81,46 @@ async fn demo_serves_and_routes_a_repeated_prefix_to_a_warm_instance() {
         .map(|h| h.server.stats().requests)
         .collect();
     assert_eq!(served.iter().filter(|&&n| n > 0).count(), 1, "{served:?}");
+
+    // The banner names the console and this run's token, and the console
+    // shows these three requests: one cold, then cache hits on its instance.
+    let banner = kvgate::demo::banner(&demo, addr);
+    assert!(
+        banner.contains(&format!("http://{addr}/console")),
+        "{banner}"
+    );
+    assert!(banner.contains(&demo.admin_token));
+    let resp = client
+        .get(format!("http://{addr}/console/api/state"))
+        .bearer_auth(&demo.admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    let decisions = v["decisions"].as_array().unwrap();
+    let reasons: Vec<&str> = decisions
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["cold", "cache_hit", "cache_hit"], "{decisions:?}");
+    let home = &demo.fleet[served.iter().position(|&n| n > 0).unwrap()].url();
+    assert!(
+        decisions.iter().all(|d| d["instance"] == home.as_str()),
+        "{decisions:?}"
+    );
+    assert!(
+        decisions[2]["cached_tokens"].as_u64().unwrap() > 1000,
+        "{decisions:?}"
+    );
+    let instances = v["state"]["endpoints"][0]["instances"].as_array().unwrap();
+    assert_eq!(instances.len(), 3);
+    let warm = instances.iter().find(|i| i["id"] == home.as_str()).unwrap();
+    assert!(
+        warm["hit_rate_1m"]["ratio"].as_f64().unwrap() > 0.5,
+        "{warm}"
+    );
+    assert_eq!(warm["kv_events"]["state"], "events", "{warm}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

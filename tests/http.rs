@@ -12,6 +12,8 @@
 #[path = "http/anthropic.rs"]
 mod anthropic;
 mod common;
+#[path = "http/console.rs"]
+mod console;
 #[path = "http/dashboards.rs"]
 mod dashboards;
 #[path = "http/framing.rs"]

@@ -85,3 +85,14 @@ pub fn kvgate(port: u16, upstream: &str, strategy: &str) -> String {
          - url: \"{upstream}\"\n    routing: {{ strategy: {strategy}, concurrency_threshold: 1024 }}\n"
     )
 }
+
+/// The admin token of the path with a console viewer.
+pub const CONSOLE_TOKEN: &str = "overhead-bench-console-token-0123456789";
+
+/// [`kvgate`] with `admin.token` set, so that a viewer can open `/console`.
+pub fn kvgate_console(port: u16, upstream: &str, strategy: &str) -> String {
+    format!(
+        "{}admin:\n  token: \"{CONSOLE_TOKEN}\"\n",
+        kvgate(port, upstream, strategy)
+    )
+}

@@ -35,6 +35,38 @@ use load::Conn;
 use procs::Proc;
 use report::{ClosedCell, OpenCell, Results};
 
+/// The path with one console viewer attached.
+const CONSOLE_VIEWER: &str = "kvgate prefix_aware, one console viewer";
+
+/// One browser's worth of console: `/console/api/events` read and dropped
+/// for as long as the run lasts (a `state` sample a second, and the
+/// decisions of every request).
+async fn console_viewer(port: u16) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let head = format!(
+        "GET /console/api/events HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {}\r\naccept: text/event-stream\r\n\r\n",
+        configs::CONSOLE_TOKEN
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut first = true;
+    while let Ok(n) = s.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        if first {
+            assert!(
+                buf.starts_with(b"HTTP/1.1 200"),
+                "the console viewer was refused"
+            );
+            first = false;
+        }
+    }
+}
+
 /// The path name of `KVGATE_BASELINE`'s build.
 const BASELINE: &str = "kvgate prefix_aware, baseline build";
 
@@ -193,6 +225,15 @@ async fn main() {
         let p = procs::kvgate(&dir, strategy, &conf, port);
         targets.push(Target::new(name, port, Some(p)));
     }
+    // The console's cost with someone watching: the same build and config
+    // (plus an admin token), one viewer on its event stream throughout.
+    let _viewer = {
+        let port = procs::free_port();
+        let conf = configs::kvgate_console(port, &up_url, "prefix_aware");
+        let p = procs::kvgate(&dir, "console", &conf, port);
+        targets.push(Target::new(CONSOLE_VIEWER, port, Some(p)));
+        tokio::spawn(console_viewer(port))
+    };
     // Another build of kvgate in the same run (the "before" of a change),
     // measured cell by cell beside this one.
     if let Ok(bin) = std::env::var("KVGATE_BASELINE") {

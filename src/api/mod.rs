@@ -143,6 +143,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(authenticated)
         .merge(admin)
         .merge(open)
+        // The console: its own login, security headers and sampler.
+        .merge(crate::console::router(&state))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

@@ -84,7 +84,7 @@ pub async fn forward_logged(
     (path, method): (&str, axum::http::Method),
     (headers, until_claimed): (&HeaderMap, Option<Box<dyn std::fmt::Debug + Send + Sync>>),
     upload: Option<Body>,
-    tenant: &str,
+    tenant: &Arc<str>,
     wire: Wire,
 ) -> Response {
     let started = Instant::now();
@@ -100,6 +100,7 @@ pub async fn forward_logged(
     };
     let result = forward(Forward {
         runtime,
+        tenant,
         path,
         method,
         headers,

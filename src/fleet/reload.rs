@@ -15,6 +15,12 @@ use crate::telemetry;
 
 /// Reload `path` into `state` once. Returns the error text on failure.
 pub fn reload_from(path: &Path, state: &AppState) -> Result<(), String> {
+    reload_by(path, state, "file")
+}
+
+/// [`reload_from`], noting for the console what asked for it (`file`,
+/// `SIGHUP`, `ConfigMap`).
+pub fn reload_by(path: &Path, state: &AppState, by: &str) -> Result<(), String> {
     let result = Config::load(path).map_err(|e| e.to_string()).and_then(|mut cfg| {
         let (listen, workers) = {
             let rt = state.runtime.load();
@@ -31,6 +37,9 @@ pub fn reload_from(path: &Path, state: &AppState) -> Result<(), String> {
         state.reload(cfg).map_err(|e| format!("cannot build the upstream client: {e}"))
     });
     telemetry::config_reload(result.is_ok());
+    if result.is_ok() {
+        state.runtime.load().live.reloaded(by);
+    }
     match &result {
         Ok(()) => tracing::info!(path = %path.display(), "config reloaded"),
         Err(e) => {
@@ -88,7 +97,7 @@ pub async fn watch(path: PathBuf, state: Arc<AppState>) {
         let tx = tx.clone();
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                let _ = tx.send(Change::Named).await;
+                let _ = tx.send(Change::Signal).await;
             }
         });
     }
@@ -97,14 +106,22 @@ pub async fn watch(path: PathBuf, state: Arc<AppState>) {
         // Let a burst of events (truncate, write, close; a symlink swap's
         // create, rename and delete) settle into one reload.
         tokio::time::sleep(Duration::from_millis(150)).await;
-        let mut named = first == Change::Named;
+        let mut named = first != Change::Elsewhere;
+        let mut signal = first == Change::Signal;
         while let Ok(more) = rx.try_recv() {
-            named |= more == Change::Named;
+            named |= more != Change::Elsewhere;
+            signal |= more == Change::Signal;
         }
         let now = std::fs::canonicalize(&path).ok();
         if named || now != target {
+            // A swapped `..data` symlink is how a ConfigMap volume changes.
+            let by = match (signal, named) {
+                (true, _) => "SIGHUP",
+                (false, true) => "file",
+                (false, false) => "ConfigMap",
+            };
             target = now;
-            let _ = reload_from(&path, &state);
+            let _ = reload_by(&path, &state, by);
         }
     }
 }
@@ -112,8 +129,10 @@ pub async fn watch(path: PathBuf, state: Arc<AppState>) {
 /// What a file-system event says about the config file.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Change {
-    /// The event names the file (or SIGHUP asked for a reload).
+    /// The event names the file.
     Named,
+    /// SIGHUP asked for a reload.
+    Signal,
     /// Something else in its directory changed: reload only if the file
     /// now resolves elsewhere (a swapped `..data` symlink).
     Elsewhere,

@@ -26,6 +26,8 @@ pub struct Runtime {
     pub proxies: crate::fleet::client::Proxies,
     /// Authentication, tenant limits and salts; counters carried across reloads.
     pub tenancy: Arc<crate::tenancy::Tenancy>,
+    /// The console's decision ring and reload note, carried across reloads.
+    pub live: Arc<crate::telemetry::live::Live>,
     /// Routing and fair-queue state shared with the other replicas
     /// (`cluster.sync_ms`); kept across reloads with the cluster.
     pub peers: Option<Arc<super::peers::Peers>>,
@@ -85,6 +87,7 @@ impl Runtime {
             client,
             proxies,
             tenancy: Arc::new(tenancy),
+            live: previous.map_or_else(Default::default, |p| Arc::clone(&p.live)),
             peers,
             joined,
         })
@@ -190,8 +193,11 @@ impl AppState {
     /// Rebuild from the running config, with discovery's current answers.
     pub fn republish(&self) {
         let config = Config::clone(&self.runtime.load().config);
-        if let Err(e) = self.reload(config) {
-            tracing::error!(error = %e, "cannot rebuild the runtime after a discovery change");
+        match self.reload(config) {
+            Ok(()) => self.runtime.load().live.reloaded("discovery"),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot rebuild the runtime after a discovery change")
+            }
         }
     }
 }

@@ -54,6 +54,8 @@ pub struct Counters {
     pub resets: AtomicU64,
     /// Batches read off the socket and not applied (overload; see `subscriber`).
     pub shed: AtomicU64,
+    /// The last sequence number received, plus one (0: none yet).
+    pub next_seq: AtomicU64,
 }
 
 #[derive(Debug)]

@@ -233,6 +233,10 @@ impl Sequence {
             None => {}
         }
         self.last = Some(seq);
+        // The console's "last sequence number".
+        feed.counters
+            .next_seq
+            .store(seq.wrapping_add(1), std::sync::atomic::Ordering::Relaxed);
         feed.apply_payload(payload);
     }
 

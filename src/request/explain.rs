@@ -249,8 +249,8 @@ fn instances_view(
         .collect()
 }
 
-/// The reason in a sentence.
-fn why(reason: Reason, strategy: Strategy) -> &'static str {
+/// The reason in a sentence (also the console's decision view).
+pub fn why(reason: Reason, strategy: Strategy) -> &'static str {
     match (reason, strategy) {
         (Reason::CacheHit, _) => {
             "least cost, and it holds the longest cached prefix of this prompt"

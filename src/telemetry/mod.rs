@@ -5,6 +5,7 @@
 //! Labels are bounded: endpoint and instance ids come from config, reasons and
 //! outcomes from fixed enums. No prompt text, no keys.
 
+pub mod live;
 pub mod otel;
 mod series;
 

@@ -168,6 +168,8 @@ pub struct UpstreamSeries {
     decisions: [Counter; OUTCOMES.len()],
     endpoint: String,
     upstream: String,
+    /// The console's last minute of usage and 15 minutes of TTFT.
+    pub live: super::live::InstanceLive,
 }
 
 impl std::fmt::Debug for UpstreamSeries {
@@ -208,6 +210,7 @@ impl UpstreamSeries {
             }),
             endpoint: endpoint.to_owned(),
             upstream: upstream.to_owned(),
+            live: super::live::InstanceLive::default(),
         }
     }
 
@@ -231,12 +234,14 @@ impl UpstreamSeries {
     /// Time to first token of a streamed answer.
     pub fn first_token(&self, took: Duration) {
         self.ttft.record(took.as_secs_f64());
+        self.live.ttft.record(took);
     }
 
     pub fn usage(&self, prompt: u64, cached: u64, completion: u64) {
         self.prompt.increment(prompt);
         self.cached.increment(cached);
         self.completion.increment(completion);
+        self.live.minute.add([1, prompt, cached]);
     }
 
     /// Blocks in the upstream's index, and their approximate memory.

@@ -143,8 +143,21 @@ impl Tenancy {
     /// body is read; [`Self::admit`] then uses it.
     pub async fn hold(&self, tenant: &Tenant) -> Result<Held, ApiError> {
         let state = self.registry.get(&tenant.id, &self.config);
-        let slot = state.take_slot(self.cluster.as_ref()).await?;
+        let slot = state
+            .take_slot(self.cluster.as_ref())
+            .await
+            .inspect_err(|e| state.live.refused(quota::refusal_of(e)))?;
         Ok(Held { slot, state })
+    }
+
+    /// Every tenant seen so far, with its limits and live figures (the console).
+    pub fn tenants(&self) -> Vec<Arc<quota::TenantState>> {
+        self.registry.all()
+    }
+
+    /// Count a refusal after admission (the fair queue's) against `tenant`.
+    pub fn refused(&self, tenant: &Arc<str>, why: crate::telemetry::live::Refusal) {
+        self.registry.get(tenant, &self.config).live.refused(why);
     }
 
     /// Apply the tenant's model allow-list (403) and quotas (429); on success
@@ -160,7 +173,8 @@ impl Tenancy {
             Some(Held { slot, state }) => (state, slot),
             None => (self.registry.get(&tenant.id, &self.config), None),
         };
-        check_models(&state.limits, ask.api, ask.model, ask.endpoint_models)?;
+        check_models(&state.limits, ask.api, ask.model, ask.endpoint_models)
+            .inspect_err(|_| state.live.refused(crate::telemetry::live::Refusal::Model))?;
         // Every JSON object body gets the tenant's salt, native ones too: the
         // Invoke route must not be a way to share or probe another's cache.
         // A body that is not an object (a native one, an upload) has no
@@ -170,7 +184,11 @@ impl Tenancy {
             _ => None,
         };
         let estimate = quota::estimate_tokens(ask.body);
-        let (admission, headers) = state.admit(estimate, self.cluster.as_ref(), slot).await?;
+        let (admission, headers) = state
+            .admit(estimate, self.cluster.as_ref(), slot)
+            .await
+            .inspect_err(|e| state.live.refused(quota::refusal_of(e)))?;
+        state.live.admitted();
         Ok(Admitted {
             body,
             admission,

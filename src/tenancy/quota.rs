@@ -39,6 +39,7 @@ use governor::{Quota, RateLimiter};
 use super::bucket::TokenBucket;
 use super::settings::{Limits, TenancyConfig};
 use crate::error::{ApiError, ErrorKind};
+use crate::telemetry::live::{Refusal, TenantLive};
 use crate::tenancy::cluster::{Cluster, ClusterSlot, Refused};
 
 type Rpm = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
@@ -65,6 +66,8 @@ pub struct TenantState {
     /// Limiters for this replica alone: the whole limit without a cluster,
     /// its share while Redis is away.
     local: ArcSwap<Local>,
+    /// The console's figures (last minute, refusals), kept across reloads.
+    pub live: Arc<TenantLive>,
 }
 
 /// Local limiters sized at `1 / share` of each limit.
@@ -122,6 +125,7 @@ impl TenantState {
                 .map(|k| super::salt::for_tenant(k, id)),
             // Requests in flight stay counted across a reload.
             inflight: old.map_or_else(Default::default, |o| Arc::clone(&o.inflight)),
+            live: old.map_or_else(Default::default, |o| Arc::clone(&o.live)),
             limits,
             local: ArcSwap::from_pointee(local),
         }
@@ -171,6 +175,7 @@ impl TenantState {
             _slot: slot,
             tpm: Mutex::new(tpm),
             served: Mutex::new(None),
+            live: Arc::clone(&self.live),
         };
         Ok((admission, headers))
     }
@@ -302,6 +307,18 @@ fn fallback(limit: &'static str) {
     metrics::counter!(crate::telemetry::CLUSTER_FALLBACK, "limit" => limit).increment(1);
 }
 
+/// Which limit a refusal from [`TenantState::take_slot`] or
+/// [`TenantState::admit`] names, for the console's count by reason.
+pub fn refusal_of(e: &ApiError) -> Refusal {
+    if e.message.starts_with("tokens per minute") {
+        Refusal::TokensPerMinute
+    } else if e.message.starts_with("requests per minute") {
+        Refusal::RequestsPerMinute
+    } else {
+        Refusal::Concurrency
+    }
+}
+
 fn tokens_refused(limit: u64, wait: Duration) -> ApiError {
     limited("tokens per minute exceeded for this tenant", wait)
         .with_header(n("x-ratelimit-limit-tokens"), num(limit))
@@ -404,6 +421,8 @@ pub struct Admission {
     /// Told the completion tokens when the response ends (the fair queue
     /// counts them as the tenant's service).
     served: Mutex<Option<OnServed>>,
+    /// The tenant's console figures, told the tokens used.
+    live: Arc<TenantLive>,
 }
 
 /// A callback for a request's completion tokens.
@@ -422,6 +441,11 @@ impl std::fmt::Debug for OnServed {
 }
 
 impl Admission {
+    /// The request used `tokens` (prompt and completion), for the console.
+    pub fn used(&self, tokens: u64) {
+        self.live.used(tokens);
+    }
+
     /// Call `f` with the completion tokens once they are known.
     pub fn on_served(&self, f: impl FnOnce(u64) + Send + 'static) {
         *self.served.lock().unwrap_or_else(|e| e.into_inner()) = Some(OnServed(Box::new(f)));
@@ -497,6 +521,14 @@ impl Registry {
         Self {
             tenants: RwLock::new(map),
         }
+    }
+
+    /// Every tenant seen so far (for the console; not on the request path).
+    pub fn all(&self) -> Vec<Arc<TenantState>> {
+        let map = self.tenants.read().unwrap_or_else(|e| e.into_inner());
+        let mut all: Vec<_> = map.values().cloned().collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all
     }
 
     pub fn get(&self, id: &Arc<str>, config: &TenancyConfig) -> Arc<TenantState> {

@@ -40,6 +40,8 @@ pin_project_lite::pin_project! {
         on_done: Option<OnDone>,
         transcript: Option<Vec<Bytes>>,
         kept: usize,
+        // The console's record of this request, told its first token.
+        decision: Option<std::sync::Arc<crate::telemetry::live::Decision>>,
     }
 
     impl<S> PinnedDrop for UpstreamBody<S> {
@@ -107,7 +109,17 @@ impl<S> UpstreamBody<S> {
             on_done: Some(on_done),
             transcript: None,
             kept: 0,
+            decision: None,
         }
+    }
+
+    /// Tell `decision` (the console's record) when the first token came.
+    pub fn with_decision(
+        mut self,
+        decision: std::sync::Arc<crate::telemetry::live::Decision>,
+    ) -> Self {
+        self.decision = Some(decision);
+        self
     }
 
     /// Keep the chunks that pass (refcounted, not copied), up to 16 MiB, for
@@ -147,7 +159,11 @@ where
                     (this.first_token.as_mut(), this.guard.as_ref())
                     && probe.feed(&chunk)
                 {
-                    g.instance().series.first_token(since.elapsed());
+                    let took = since.elapsed();
+                    g.instance().series.first_token(took);
+                    if let Some(d) = this.decision.as_ref() {
+                        d.first_token(took);
+                    }
                 }
                 this.idle
                     .as_mut()

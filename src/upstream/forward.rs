@@ -30,6 +30,8 @@ use crate::telemetry;
 #[derive(Debug)]
 pub struct Forward<'a> {
     pub runtime: &'a Runtime,
+    /// Whose request it is (for the console's decision ring).
+    pub tenant: &'a Arc<str>,
     pub input: RouteInput,
     /// Path on the instance, e.g. `/v1/chat/completions` or `/invocations`,
     /// with the client's query string where it has one.
@@ -123,19 +125,58 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         share_placement(f.runtime, &f.input, instance, &dispatch, status);
         let outcome = Outcome::new(instance, reason, attempt);
         let from_events = seen.get(idx).is_some_and(|s| s.from_events);
+        let decision = record(
+            &f,
+            (&request, &loads),
+            Some((&instance.id, idx)),
+            (decision, attempt + 1),
+        );
         return Ok((
             answer(
                 (f.runtime, &f.input, f.keepalive),
                 response,
                 dispatch,
-                started,
+                (started, decision),
                 from_events,
             )
             .await,
             outcome,
         ));
     }
+    let attempts = plan.order.len();
+    record(&f, (&request, &loads), None, ("unavailable", attempts)).done(503, started.elapsed());
     Err(failed.into_error(&ep, &plan, &loads))
+}
+
+/// Put the decision in the console's ring (`telemetry::live`): a few
+/// atomics and one allocation, no lock.
+fn record(
+    f: &Forward<'_>,
+    (request, loads): (&Request, &[Load]),
+    chosen: Option<(&String, usize)>,
+    (reason, attempts): (&'static str, usize),
+) -> Arc<telemetry::live::Decision> {
+    let ep = &f.input.endpoint;
+    let matched = chosen
+        .and_then(|(_, i)| loads.get(i))
+        .map_or(0, |l| l.matched_blocks as u64);
+    f.runtime
+        .live
+        .decisions
+        .push(telemetry::live::Decision::new(
+            Arc::clone(f.tenant),
+            (
+                f.input.route.label(),
+                ep.name(),
+                ep.config.routing.strategy.as_str(),
+            ),
+            (chosen.map(|(id, _)| id.clone()), chosen.map(|(_, i)| i)),
+            (reason, u32::try_from(attempts).unwrap_or(u32::MAX)),
+            f.input.stream,
+            f.input.body.len() as u64,
+            matched,
+            (*request, loads.to_vec()),
+        ))
 }
 
 /// A placement `longest_prefix` remembers, told to the other replicas
@@ -203,7 +244,7 @@ async fn answer(
     (runtime, input, keepalive): (&Runtime, &RouteInput, bool),
     response: axum::http::Response<hyper::body::Incoming>,
     dispatch: Dispatch<'_>,
-    started: Instant,
+    (started, decision): (Instant, Arc<telemetry::live::Decision>),
     from_events: bool,
 ) -> Response {
     let ep = &input.endpoint;
@@ -212,6 +253,7 @@ async fn answer(
     if status.is_client_error() || status.is_server_error() {
         let resp = super::relay_error::relay(response, server.timeouts.idle).await;
         drop(dispatch);
+        decision.done(status.as_u16(), started.elapsed());
         ep.series.duration(input.route, started.elapsed());
         return resp;
     }
@@ -236,7 +278,7 @@ async fn answer(
         (keepalive, server.timeouts.idle),
         (input.stream, issuer),
         (input.admission.clone(), calibration, units(input)),
-        (started, input.route),
+        (started, input.route, decision),
     )
 }
 

@@ -17,6 +17,7 @@ use super::headers;
 use crate::fleet::InflightGuard;
 use crate::openai::rewrite_stream::{Issuer, RewriteIds};
 use crate::route::Route;
+use crate::telemetry::live::Decision;
 use crate::telemetry::{Charged, EndpointSeries};
 use crate::tenancy::Admission;
 
@@ -53,7 +54,7 @@ pub fn client_response(
     (keepalive, idle): (Option<Duration>, Duration),
     (stream_requested, issuer): (bool, Option<Issuer>),
     (admission, calibration, units): (Option<Arc<Admission>>, Option<Calibration>, Option<Units>),
-    (started, route): (Instant, Route),
+    (started, route, decision): (Instant, Route, Arc<Decision>),
 ) -> Response {
     let status = upstream.status();
     let mut hdrs = headers::client_response(upstream.headers());
@@ -68,6 +69,7 @@ pub fn client_response(
             .or_insert(HeaderValue::from_static("no-cache"));
     }
     let instance = Arc::clone(guard.instance());
+    let finished = Arc::clone(&decision);
     // Only a stream that reports no usage needs its text counted, and only
     // for a tenant with a token limit or a fair queue counting its service;
     // the chunks are kept either way (by reference) because which kind it
@@ -82,7 +84,14 @@ pub fn client_response(
         move |usage: Option<super::usage::Usage>, transcript: Option<Vec<bytes::Bytes>>| {
             // A token count's `input_tokens` is the answer, not tokens served.
             let usage = usage.filter(|_| route != Route::CountTokens);
+            finished.done(status.as_u16(), started.elapsed());
+            if let Some(u) = usage {
+                finished.usage(u.prompt_tokens, u.cached_tokens);
+            }
             if let Some(a) = admission {
+                if let Some(u) = usage {
+                    a.used(u.prompt_tokens + u.completion_tokens);
+                }
                 settle(&a, usage, transcript, &instance.series.endpoint_series);
             }
             instance
@@ -120,6 +129,7 @@ pub fn client_response(
         first_token,
         on_done,
     );
+    let body = body.with_decision(decision);
     let body = if keep { body.keep_transcript() } else { body };
     let body = match issuer {
         Some(issuer) => {

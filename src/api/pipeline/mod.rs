@@ -145,6 +145,11 @@ async fn send(runtime: &Runtime, admitted: Admitted, wire: Wire) -> Response {
             if let Some(a) = &input.admission {
                 a.settle(Some(0), 0);
             }
+            // The fair queue's refusals (full, or waited too long).
+            if matches!(e.status().as_u16(), 429 | 503) {
+                let why = crate::telemetry::live::Refusal::Queue;
+                runtime.tenancy.refused(&tenant.id, why);
+            }
             e.into_response()
         }
     };

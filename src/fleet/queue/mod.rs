@@ -344,6 +344,12 @@ impl FairQueue {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Every tenant's weighted service and waiting requests, read under the
+    /// queue's lock once (the console samples it once a second, whoever watches).
+    pub fn tenants(&self) -> Vec<(Arc<str>, f64, usize)> {
+        self.lock().order.tenants()
+    }
 }
 
 fn refused(message: String) -> ApiError {

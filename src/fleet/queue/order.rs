@@ -221,6 +221,17 @@ impl<W> Order<W> {
     pub fn service(&self, tenant: &str) -> f64 {
         self.tenants.get(tenant).map_or(0.0, |t| t.service)
     }
+
+    /// Every tenant's counter and waiting requests (the console).
+    pub fn tenants(&self) -> Vec<(Arc<str>, f64, usize)> {
+        self.tenants
+            .iter()
+            .map(|(id, t)| {
+                let waiting = t.waiting.iter().map(|q| q.len()).sum();
+                (Arc::clone(id), t.service, waiting)
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
