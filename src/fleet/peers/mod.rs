@@ -32,11 +32,9 @@ pub mod load;
 pub mod sync;
 mod wire;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use std::sync::Arc;
 
 pub use load::{Figures, PeerLoad};
 

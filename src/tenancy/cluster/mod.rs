@@ -119,17 +119,7 @@ impl Cluster {
             return None;
         }
         let mut conn = self.conn.clone();
-        match tokio::time::timeout(self.config.timeout, pipe.query_async(&mut conn)).await {
-            Ok(Ok(v)) => Some(v),
-            Ok(Err(e)) => {
-                self.went_down(&e.to_string());
-                None
-            }
-            Err(_) => {
-                self.went_down(&format!("no answer within {:?}", self.config.timeout));
-                None
-            }
-        }
+        self.bounded(pipe.query_async(&mut conn)).await
     }
 
     fn key(&self, tenant: &str, what: &str) -> String {
@@ -153,7 +143,12 @@ impl Cluster {
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Option<T> {
         let mut conn = self.conn.clone();
-        match tokio::time::timeout(self.config.timeout, invocation.invoke_async(&mut conn)).await {
+        self.bounded(invocation.invoke_async(&mut conn)).await
+    }
+
+    /// `call`'s answer within `timeout_ms`; a failure or a timeout marks Redis down.
+    async fn bounded<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Option<T> {
+        match tokio::time::timeout(self.config.timeout, call).await {
             Ok(Ok(v)) => Some(v),
             Ok(Err(e)) => {
                 self.went_down(&e.to_string());
