@@ -26,7 +26,7 @@
 //! | [`server`] | accept loop, connection workers, the connection guard (framing, timeouts) |
 //! | [`upstream`] | one routed request: forward, dispatch, attempt, the answer's relay and usage |
 //! | [`request`] | a request's bytes → the [`request::RouteInput`] a policy sees; `explain` |
-//! | [`fleet`] | runtime state (endpoints, instances, policies), fair queues, and every background job |
+//! | [`fleet`] | runtime state (endpoints, instances, policies), fair queues, the state replicas share (`peers`), and every background job |
 //! | [`kv_events`] | vLLM's KV-cache events over ZeroMQ: what each engine holds |
 //! | [`openai`], [`anthropic`], [`sagemaker`] | each API's wire: bodies, ids, error shapes, event streams |
 //! | [`config`] | the YAML, validated |
