@@ -152,32 +152,29 @@ impl<W> Order<W> {
 
     /// Count service to `tenant`: `weighted` tokens at weight `weight`.
     pub fn charge(&mut self, tenant: &str, weighted: f64, weight: f64) {
+        let served = weighted / weight.max(1e-9);
+        let t = self.at_mark(tenant);
+        t.service += served;
+        t.own += served;
+    }
+
+    /// `tenant`'s entry; one first seen now starts at the mark of the last
+    /// request served.
+    fn at_mark(&mut self, tenant: &str) -> &mut Tenant<W> {
         let lift = self.floor;
-        let t = self
-            .tenants
+        self.tenants
             .entry(Arc::from(tenant))
             .or_insert_with(|| Tenant {
                 service: lift,
                 ..Tenant::default()
-            });
-        let served = weighted / weight.max(1e-9);
-        t.service += served;
-        t.own += served;
+            })
     }
 
     /// Service the other replicas gave `tenant` (already ÷ its weight) since
     /// the last round: it counts here as if served here, but is not this
     /// replica's to share.
     pub fn peer_served(&mut self, tenant: &str, served: f64) {
-        let lift = self.floor;
-        let t = self
-            .tenants
-            .entry(Arc::from(tenant))
-            .or_insert_with(|| Tenant {
-                service: lift,
-                ..Tenant::default()
-            });
-        t.service += served;
+        self.at_mark(tenant).service += served;
     }
 
     /// Every tenant's service as this replica alone counted it.
