@@ -26,6 +26,8 @@ mod kv_restart;
 mod kv_sim;
 #[path = "routing/kv_tiers.rs"]
 mod kv_tiers;
+#[path = "routing/pace.rs"]
+mod pace;
 #[path = "routing/regimes.rs"]
 mod regimes;
 #[path = "routing/units.rs"]

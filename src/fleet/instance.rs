@@ -19,6 +19,7 @@ use axum::http::{HeaderValue, Uri};
 use crate::kv_events::feed::FeedSettings;
 use crate::kv_events::{Feed, Subscription};
 use crate::telemetry;
+use kvgate_routing::pace::Ahead;
 use kvgate_routing::{BlockIndex, Load};
 
 #[derive(Debug)]
@@ -34,10 +35,17 @@ pub struct Instance {
     in_flight: AtomicUsize,
     /// Estimated prefill tokens of requests that have no first byte yet.
     queued_prefill: AtomicU64,
+    /// Those requests, and their uncached tokens alone (without the
+    /// overhead each is charged): what a first token waits for ([`Ahead`]).
+    queued_requests: AtomicU64,
+    queued_uncached: AtomicU64,
     /// Prefill work sent here lately, decaying (a cost tie-break).
     recent_work: super::recent_work::RecentWork,
     /// Its prefill rate as first bytes show it.
     prefill_rate: super::prefill_rate::PrefillRate,
+    /// Its fixed cost of a request and prefill rate, fitted to its streamed
+    /// first tokens (the cost model's overhead, `explain`'s `pace`).
+    pub pace: kvgate_routing::pace::Pace,
     /// The block chains believed cached here (cache-aware strategies).
     pub index: BlockIndex,
     /// Its KV-event subscription (`kv_aware` with `kv_events` set).
@@ -163,8 +171,11 @@ impl Instance {
             series,
             in_flight: AtomicUsize::new(0),
             queued_prefill: AtomicU64::new(0),
+            queued_requests: AtomicU64::new(0),
+            queued_uncached: AtomicU64::new(0),
             recent_work: Default::default(),
             prefill_rate: Default::default(),
+            pace: Default::default(),
             index: BlockIndex::default(),
             kv: arc_swap::ArcSwapOption::empty(),
             learned_cache_tokens: AtomicUsize::new(0),
@@ -292,6 +303,7 @@ impl Instance {
             available: self.available(),
             queued_prefill: fleet.queued_prefill,
             recent_work: fleet.recent_work,
+            overhead_tokens: self.pace.overhead_tokens(),
             ..Load::default()
         }
     }
@@ -395,19 +407,50 @@ impl Instance {
         self.engine.set(reading, now_ms());
     }
 
+    /// The prefill queued here by this replica: tokens (without overheads)
+    /// and requests, for a request about to be claimed ([`Ahead`]).
+    pub fn queued_ahead(&self, own_uncached: u64) -> Ahead {
+        Ahead {
+            work: self
+                .queued_uncached
+                .load(Ordering::Relaxed)
+                .saturating_add(own_uncached),
+            requests: self.queued_requests.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A queued charge of `p` tokens (`overhead` of them the request's
+    /// overhead) given back; 0: already given back.
+    fn dequeue(&self, p: u64, overhead: u64) {
+        if p > 0 {
+            self.queued_prefill.fetch_sub(p, Ordering::Relaxed);
+            self.queued_requests.fetch_sub(1, Ordering::Relaxed);
+            self.queued_uncached
+                .fetch_sub(p.saturating_sub(overhead), Ordering::Relaxed);
+        }
+    }
+
     /// Count one more request in flight until the guard drops, and `prefill`
     /// more tokens queued until [`InflightGuard::prefill_done`].
     pub fn claim(self: &Arc<Self>, prefill: u64) -> InflightGuard {
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         self.engine.sent();
+        let overhead = self.pace.overhead_tokens().min(prefill);
         self.queued_prefill.fetch_add(prefill, Ordering::Relaxed);
+        if prefill > 0 {
+            self.queued_requests.fetch_add(1, Ordering::Relaxed);
+            self.queued_uncached
+                .fetch_add(prefill - overhead, Ordering::Relaxed);
+        }
         self.recent_work.add(prefill, now_ms());
         self.series.in_flight(n);
         InflightGuard {
             instance: Arc::clone(self),
             prefill: Arc::new(AtomicU64::new(prefill)),
+            overhead,
             claimed: Instant::now(),
             index_insert: None,
+            pace_ahead: None,
         }
     }
 }
@@ -424,9 +467,14 @@ pub struct InflightGuard {
     /// Queued-prefill tokens not yet given back (shared with a timer that
     /// may give them back first; whoever takes them subtracts them).
     prefill: Arc<AtomicU64>,
+    /// The part of that charge that was the instance's overhead.
+    overhead: u64,
     claimed: Instant,
     /// Its insert into the instance's block index, settled with the prefill.
     index_insert: Option<u64>,
+    /// What its first token waits for, when that first token's time is a
+    /// sample of the instance's pace.
+    pace_ahead: Option<Ahead>,
 }
 
 impl InflightGuard {
@@ -439,9 +487,7 @@ impl InflightGuard {
     /// ([`BlockIndex::settle`]). Idempotent.
     pub fn prefill_done(&mut self) {
         let p = self.prefill.swap(0, Ordering::Relaxed);
-        if p > 0 {
-            self.instance.queued_prefill.fetch_sub(p, Ordering::Relaxed);
-        }
+        self.instance.dequeue(p, self.overhead);
         if let Some(stamp) = self.index_insert.take() {
             self.instance.index.settle(stamp);
         }
@@ -452,12 +498,24 @@ impl InflightGuard {
     pub fn first_byte(&mut self) {
         let p = self.prefill.load(Ordering::Relaxed);
         if p > 0 {
-            let uncached = p.saturating_sub(kvgate_routing::cost::REQUEST_OVERHEAD);
+            let uncached = p.saturating_sub(self.instance.pace.overhead_tokens());
             self.instance
                 .prefill_rate
                 .observe(uncached, self.claimed.elapsed());
+            if let Some(ahead) = self.pace_ahead.take() {
+                self.instance
+                    .pace
+                    .observe(ahead, self.claimed.elapsed().as_secs_f64());
+            }
         }
         self.prefill_done();
+    }
+
+    /// Time this request's first token as a sample of the instance's pace
+    /// (a streamed answer, its uncached tokens estimated from an index):
+    /// what stood before it, its own uncached tokens among them.
+    pub fn time_first_token(&mut self, ahead: Ahead) {
+        self.pace_ahead = Some(ahead);
     }
 
     /// An answer that will not say when its prefill ends (not streamed):
@@ -473,12 +531,11 @@ impl InflightGuard {
             return;
         };
         let (cell, instance) = (Arc::clone(&self.prefill), Arc::clone(&self.instance));
+        let overhead = self.overhead;
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
             let p = cell.swap(0, Ordering::Relaxed);
-            if p > 0 {
-                instance.queued_prefill.fetch_sub(p, Ordering::Relaxed);
-            }
+            instance.dequeue(p, overhead);
         });
     }
 
@@ -503,6 +560,32 @@ impl Drop for InflightGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_first_token_waits_for_is_the_queue_without_its_overheads() {
+        let i = Instance::new("e", "i", "http://127.0.0.1:1");
+        let overhead = kvgate_routing::cost::REQUEST_OVERHEAD;
+        let mut a = i.claim(1000 + overhead);
+        let b = i.claim(overhead);
+        assert_eq!(
+            i.queued_ahead(300),
+            Ahead {
+                work: 1300,
+                requests: 2
+            }
+        );
+        a.first_byte();
+        assert_eq!(
+            i.queued_ahead(0),
+            Ahead {
+                work: 0,
+                requests: 1
+            }
+        );
+        drop(b);
+        assert_eq!(i.queued_ahead(0), Ahead::default());
+        assert_eq!(i.queued_prefill(), 0);
+    }
 
     #[test]
     fn guard_counts_and_releases() {

@@ -177,6 +177,24 @@ fn units(ep: &Endpoint) -> Value {
     })
 }
 
+/// An instance's learned fixed cost of a request and prefill rate, and what
+/// they rest on (`kvgate_routing::pace`).
+fn pace(i: &crate::fleet::Instance) -> Value {
+    let p = i.pace.snapshot();
+    let round = |v: Option<f64>| v.map(|v| (v * 10.0).round() / 10.0);
+    json!({
+        "overhead_tokens": p.overhead_tokens,
+        "running_weight_tokens": p.running_weight,
+        "tokens_per_s": round(p.tokens_per_s),
+        "step_ms": round(p.step_ms),
+        "latency_ms": round(p.latency_ms),
+        "source": if p.learned { "learned from streamed first tokens" } else { "default (256 tokens a request)" },
+        "answers": p.answers,
+        "refused": p.refused,
+        "learned_after": kvgate_routing::pace::MIN_ANSWERS,
+    })
+}
+
 /// Per instance: load, and for cost-weighing strategies what it holds and what it would cost.
 fn instances_view(
     ep: &Endpoint,
@@ -201,6 +219,7 @@ fn instances_view(
                 v["cache_full"] = json!(l.cache_full);
                 v["displaced_tokens"] = json!(c.displaced_tokens);
                 v["recent_work_tokens"] = json!(l.recent_work);
+                v["pace"] = pace(i);
                 v["cost"] = json!(c.total);
                 v["index_blocks"] = json!(i.index.len());
                 v["index_capacity_blocks"] = json!(i.index.capacity());

@@ -37,10 +37,17 @@ impl<'a> Dispatch<'a> {
         (request, load): (&Request, &Load),
         seen: Option<&Seen>,
     ) -> Self {
-        let mut guard = instance.claim(ep.policy.queued_charge(request, load));
+        let charge = ep.policy.queued_charge(request, load);
+        let own = charge.saturating_sub(kvgate_routing::cost::overhead(load));
+        let ahead = instance.queued_ahead(own);
+        let mut guard = instance.claim(charge);
         if !input.stream {
             // Its first byte will be its last: time the charge out instead.
             guard.release_at_drain(load.queued_prefill);
+        } else if ep.config.routing.strategy.uses_index() {
+            // Its first token's time is a sample of the instance's pace
+            // (strategies that estimate what it holds, so know its work).
+            guard.time_first_token(ahead);
         }
         let feed = instance
             .kv_feed()

@@ -6,8 +6,8 @@
 //! cost(i) = uncached(i)                     this prompt's own prefill on i
 //!         + queued_prefill(i)               prefill still waiting on i: Σ over its
 //!                                           requests without a first byte yet of
-//!                                           (uncached tokens + REQUEST_OVERHEAD)
-//!         + RUNNING_WEIGHT × in_flight(i)   decode work sharing i's steps
+//!                                           (uncached tokens + overhead(i))
+//!         + running_weight(i) × in_flight(i) decode work sharing i's steps
 //!         + displaced(i)                    what a copy evicts: uncached(i) when i's
 //!                                           cache is full, else 0
 //! uncached(i) = prompt_tokens − min(prompt_tokens, matched_blocks(i) × block_tokens)
@@ -43,7 +43,10 @@
 //! sends its first byte at the end, so its charge also covers its decoding
 //! and such instances look busier than they are.
 //!
-//! The constants, in prefill tokens:
+//! The constants, in prefill tokens — the first two are guesses that stand
+//! for an instance only until its own answers replace them ([`crate::pace`]:
+//! `overhead(i)` is its learned fixed cost of a request, `running_weight(i)`
+//! an eighth of that; [`Load::overhead_tokens`]):
 //! - [`REQUEST_OVERHEAD`] 256: every queued request costs at least one engine
 //!   step whatever its size (≈ 25 ms × 12k tokens/s on a 70B model, ≈ 10 ms ×
 //!   25k tokens/s on an 8B): without it a queue of fully cached requests would
@@ -96,9 +99,9 @@ impl CostModel {
     /// The cost of a `prompt_tokens` prompt on an instance with `load`.
     pub fn cost(&self, prompt_tokens: u64, load: &Load) -> Cost {
         let uncached = self.uncached(prompt_tokens, load.matched_blocks);
-        let queued = load
-            .queued_prefill
-            .saturating_add(RUNNING_WEIGHT.saturating_mul(load.in_flight as u64));
+        let queued = load.queued_prefill.saturating_add(
+            crate::pace::running_weight(overhead(load)).saturating_mul(load.in_flight as u64),
+        );
         let displaced = if load.cache_full { uncached } else { 0 };
         Cost {
             cached_tokens: prompt_tokens - uncached,
@@ -119,9 +122,17 @@ impl CostModel {
     }
 
     /// What a request adds to its instance's queued prefill until its first byte.
-    pub fn queued_charge(&self, prompt_tokens: u64, matched_blocks: usize) -> u64 {
-        self.uncached(prompt_tokens, matched_blocks)
-            .saturating_add(REQUEST_OVERHEAD)
+    pub fn queued_charge(&self, prompt_tokens: u64, load: &Load) -> u64 {
+        self.uncached(prompt_tokens, load.matched_blocks)
+            .saturating_add(overhead(load))
+    }
+}
+
+/// Prefill tokens one request costs `load`'s instance: learned, or the guess.
+pub fn overhead(load: &Load) -> u64 {
+    match load.overhead_tokens {
+        0 => REQUEST_OVERHEAD,
+        n => n,
     }
 }
 
@@ -190,7 +201,21 @@ mod tests {
     #[test]
     fn a_queued_request_costs_at_least_the_overhead() {
         let m = CostModel::for_block_chars(256);
-        assert_eq!(m.queued_charge(640, 10), REQUEST_OVERHEAD);
-        assert_eq!(m.queued_charge(1000, 0), 1000 + REQUEST_OVERHEAD);
+        assert_eq!(m.queued_charge(640, &load(10, 0, 0)), REQUEST_OVERHEAD);
+        assert_eq!(
+            m.queued_charge(1000, &load(0, 0, 0)),
+            1000 + REQUEST_OVERHEAD
+        );
+    }
+
+    #[test]
+    fn an_instances_learned_overhead_replaces_the_guess() {
+        let m = CostModel::for_block_chars(256);
+        let mut fast = load(0, 500, 2);
+        fast.overhead_tokens = 64;
+        assert_eq!(m.queued_charge(1000, &fast), 1064);
+        assert_eq!(m.cost(1000, &fast).queued_tokens, 500 + 2 * 8);
+        fast.overhead_tokens = 0;
+        assert_eq!(m.cost(1000, &fast).queued_tokens, 500 + 2 * RUNNING_WEIGHT);
     }
 }

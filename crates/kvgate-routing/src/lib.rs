@@ -12,6 +12,7 @@ pub mod defaults;
 pub mod held;
 pub mod index;
 mod longest;
+pub mod pace;
 pub mod ring;
 mod simple;
 pub mod units;
@@ -152,6 +153,9 @@ pub struct Load {
     /// Prompt tokens sent to it lately (decaying), so that among instances
     /// equal in cost the one given least work leads and none sits idle.
     pub recent_work: u64,
+    /// Prefill tokens one request costs the instance, as its answers showed
+    /// ([`pace::Pace`]); 0: not known, [`cost::REQUEST_OVERHEAD`].
+    pub overhead_tokens: u64,
 }
 
 impl Load {
@@ -221,8 +225,8 @@ pub trait Policy: Send + Sync + std::fmt::Debug {
 
     /// Prefill tokens `request` adds to an instance's queue until its first
     /// byte, given how much of it the instance holds.
-    fn queued_charge(&self, request: &Request, _load: &Load) -> u64 {
-        request.prompt_tokens.saturating_add(cost::REQUEST_OVERHEAD)
+    fn queued_charge(&self, request: &Request, load: &Load) -> u64 {
+        request.prompt_tokens.saturating_add(cost::overhead(load))
     }
 }
 

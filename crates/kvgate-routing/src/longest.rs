@@ -109,7 +109,7 @@ impl Policy for LongestPrefix {
 
     fn queued_charge(&self, request: &Request, load: &Load) -> u64 {
         self.model_for(request)
-            .queued_charge(request.prompt_tokens, load.matched_blocks)
+            .queued_charge(request.prompt_tokens, load)
     }
 }
 

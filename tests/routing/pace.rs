@@ -1,0 +1,221 @@
+//! An instance's pace learned from its streamed first tokens (`kvgate_routing::
+//! pace`), over real HTTP and SSE: in front of an engine that prefills one
+//! request after another, each taking a fixed step plus its tokens at a fixed
+//! rate, the gateway learns that step (in prefill tokens: the overhead each
+//! queued request is charged) and the rate within a few dozen answers, shows
+//! them in `explain`, and charges queued requests the learned overhead in
+//! place of the 256-token guess. Answers that are not streamed teach nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::response::Response;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::common::*;
+
+const MODEL: &str = "pace-model";
+/// The engine's step, and its prefill rate (tokens a second).
+const STEP: Duration = Duration::from_millis(100);
+const RATE: f64 = 5_000.0;
+/// What the gateway should learn: each request ahead delays a first token
+/// by its step, less the [`GAP`] it was sent before (80 ms × 5,000 a second).
+const OVERHEAD: f64 = 400.0;
+/// Between the requests of a burst, so they reach the engine in order.
+const GAP: Duration = Duration::from_millis(20);
+
+/// A one-at-a-time engine: a request's first token comes once every request
+/// before it and its own are done, each taking [`STEP`] + its tokens (4
+/// characters each, the gateway's first guess too) at [`RATE`].
+async fn engine() -> String {
+    let busy_until = Arc::new(Mutex::new(Instant::now()));
+    let app = axum::Router::new()
+        .route(
+            "/v1/chat/completions",
+            axum::routing::post(
+                |State(busy): State<Arc<Mutex<Instant>>>, body: Bytes| async move {
+                    let v: Value = serde_json::from_slice(&body).unwrap_or_default();
+                    let chars = v["messages"][0]["content"].as_str().map_or(0, str::len);
+                    let own = STEP + Duration::from_secs_f64(chars as f64 / 4.0 / RATE);
+                    let first_token = {
+                        let mut b = busy.lock().await;
+                        *b = (*b).max(Instant::now()) + own;
+                        *b
+                    };
+                    let chunks = async_stream(first_token, v["stream"] == true);
+                    Response::builder()
+                        .header("content-type", "text/event-stream")
+                        .body(Body::from_stream(chunks))
+                        .unwrap()
+                },
+            ),
+        )
+        .with_state(busy_until);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// The first token at `at`, then the end of the stream (or one JSON answer).
+fn async_stream(
+    at: Instant,
+    stream: bool,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures_util::stream::once(async move {
+        tokio::time::sleep_until(at).await;
+        let text = if stream {
+            "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\ndata: [DONE]\n\n".to_owned()
+        } else {
+            json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}).to_string()
+        };
+        Ok(Bytes::from(text))
+    })
+}
+
+fn yaml(url: &str) -> String {
+    format!(
+        "endpoints:\n  - name: pace\n    models: [\"{MODEL}\"]\n    instances:\n      - {{ id: \"e0\", url: \"{url}\" }}\n    routing:\n      strategy: longest_prefix\n"
+    )
+}
+
+/// A unique prompt of `tokens` tokens (4 characters each).
+fn body(i: usize, tokens: usize, stream: bool) -> Value {
+    let mut t = format!("{i:08} ");
+    while t.len() < tokens * 4 {
+        t.push_str(&format!("w{} ", t.len() * 7919 % 10_007));
+    }
+    t.truncate(tokens * 4);
+    json!({"model": MODEL, "stream": stream, "messages": [{"role": "user", "content": t}]})
+}
+
+/// `clients` clients each send `each` requests of varied sizes, back to back.
+async fn closed_loop(gw: &Gateway, clients: usize, each: usize) {
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let url = gw.url("/v1/chat/completions");
+            tokio::spawn(async move {
+                for k in 0..each {
+                    let r = post(&url, &body(c * 1000 + k, 500, false)).await;
+                    assert_eq!(r.status(), 200);
+                    r.bytes().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// `bursts` bursts of 1 to 4 streamed requests of varied sizes, sent [`GAP`]
+/// apart onto an idle engine, so each finds the ones before it queued whole.
+async fn bursts(gw: &Gateway, bursts: usize, before: usize) -> usize {
+    let mut sent = 0;
+    for b in 0..bursts {
+        let mut tasks = Vec::new();
+        for _ in 0..1 + (b * 7) % 4 {
+            sent += 1;
+            // 100 to 1,500 tokens: 5 to 75 ms of prefill. Unique prompts:
+            // this engine caches nothing.
+            let i = 100_000 + before + sent;
+            let body = body(i, 100 + (i * 7919) % 15 * 100, true);
+            let url = gw.url("/v1/chat/completions");
+            tasks.push(tokio::spawn(async move {
+                let r = post(&url, &body).await;
+                assert_eq!(r.status(), 200);
+                r.bytes().await.unwrap();
+            }));
+            tokio::time::sleep(GAP).await;
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }
+    sent
+}
+
+async fn post(url: &str, b: &Value) -> reqwest::Response {
+    client()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(b).unwrap())
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn pace(gw: &Gateway) -> Value {
+    let v = super::cache_aware::explain(gw, None, &body(99_999, 500, true)).await;
+    v["instances"][0]["pace"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_learns_an_engines_step_and_rate_from_its_first_tokens() {
+    let gw = Gateway::start(&yaml(&engine().await)).await;
+    let p = pace(&gw).await;
+    assert_eq!(p["source"], "default (256 tokens a request)", "{p}");
+    assert_eq!(p["overhead_tokens"], 256, "{p}");
+
+    // Not streamed: the first byte is the last, no sample.
+    closed_loop(&gw, 3, 4).await;
+    assert_eq!(pace(&gw).await["answers"], 0);
+
+    // Streamed, 0 to 3 requests queued ahead of each, until the fit is
+    // known well enough to use (a few dozen answers; more on a busy host).
+    let mut sent = 0;
+    for _ in 0..10 {
+        sent += bursts(&gw, 8, sent).await;
+        if pace(&gw).await["source"] != "default (256 tokens a request)" {
+            break;
+        }
+    }
+    let p = pace(&gw).await;
+    eprintln!("learned pace: {p}");
+    assert_eq!(p["source"], "learned from streamed first tokens", "{p}");
+    assert_eq!(p["answers"], sent, "{p}");
+    let overhead = p["overhead_tokens"].as_f64().unwrap();
+    let rate = p["tokens_per_s"].as_f64().unwrap();
+    let step = p["step_ms"].as_f64().unwrap();
+    // Generous bounds: sleeps on a shared 2-core machine overshoot, and a
+    // gateway busy with the burst's other requests claims some of them
+    // late, which (as for any fit whose inputs are noisy) pulls the step
+    // toward zero: learned values sit up to 2x low on a loaded host.
+    assert!(
+        (OVERHEAD * 0.4..=OVERHEAD * 2.0).contains(&overhead),
+        "overhead {overhead} against {OVERHEAD}: {p}"
+    );
+    assert!(
+        (RATE * 0.6..=RATE * 1.6).contains(&rate),
+        "rate {rate} against {RATE}: {p}"
+    );
+    // Each request ahead: its step, less the gap it was sent earlier.
+    assert!((30.0..=160.0).contains(&step), "step {step} ms: {p}");
+    assert_eq!(
+        p["running_weight_tokens"].as_u64().unwrap(),
+        overhead as u64 / 8,
+        "{p}"
+    );
+
+    // A queued request is charged the learned overhead, not the guess.
+    let rt = gw.state.runtime.load_full();
+    let inst = &rt.endpoint("pace").unwrap().instances[0];
+    let queued_before = inst.queued_prefill();
+    assert_eq!(queued_before, 0);
+    let url = gw.url("/v1/chat/completions");
+    // 1,500 tokens: queued for 400 ms.
+    let b = body(77_777, 1500, true);
+    let pending = tokio::spawn(async move { post(&url, &b).await });
+    eventually("the request is queued", || inst.queued_prefill() > 0).await;
+    let charged = inst.queued_prefill();
+    assert!(
+        charged.abs_diff(1500 + overhead as u64) <= 32,
+        "charged {charged} for 1,500 tokens + {overhead}"
+    );
+    assert_eq!(pending.await.unwrap().status(), 200);
+}
