@@ -107,6 +107,7 @@ pub fn explain(rt: &Runtime, d: &Decision) -> Value {
                 row["uncached_tokens"] = json!(c.uncached_tokens);
                 row["queued_tokens"] = json!(c.queued_tokens);
                 row["displaced_tokens"] = json!(c.displaced_tokens);
+                row["duplicated_tokens"] = json!(c.duplicated_tokens);
                 row["cost"] = json!(c.total);
             }
             row

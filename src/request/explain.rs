@@ -218,6 +218,7 @@ fn instances_view(
                 // A copy into a full cache evicts as much as it must prefill.
                 v["cache_full"] = json!(l.cache_full);
                 v["displaced_tokens"] = json!(c.displaced_tokens);
+                v["duplicated_tokens"] = json!(c.duplicated_tokens);
                 v["recent_work_tokens"] = json!(l.recent_work);
                 v["pace"] = pace(i);
                 v["cost"] = json!(c.total);

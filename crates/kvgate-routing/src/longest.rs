@@ -16,6 +16,7 @@
 //! failover. When every instance is full the least
 //! costly one leads anyway (reason `fallback`). O(instances · log instances).
 
+use super::cost::Fleet;
 use super::{Cost, CostModel, Load, Plan, Policy, Reason, Request, Ring, balance_cap, ring_order};
 
 #[derive(Debug, Clone)]
@@ -45,6 +46,17 @@ impl LongestPrefix {
         self.model_for(request).cost(request.prompt_tokens, load)
     }
 
+    /// The costs of the instances `up` (available), each with the work it
+    /// would duplicate in the fleet they make.
+    fn fleet_costs(&self, request: &Request, loads: &[Load], up: &[usize]) -> Vec<Cost> {
+        let own: Vec<Cost> = up
+            .iter()
+            .map(|&i| self.cost_of(request, &loads[i]))
+            .collect();
+        let fleet = Fleet::of(&own, up.iter().map(|&i| &loads[i]));
+        own.into_iter().map(|c| c.in_fleet(&fleet)).collect()
+    }
+
     /// The model with the request's learned block size, where it has one.
     fn model_for(&self, request: &Request) -> CostModel {
         match request.block_tokens {
@@ -69,14 +81,16 @@ impl Policy for LongestPrefix {
         // its holder merely because the first is still running.
         let limit = balance_cap(self.balance_factor, loads)
             .map_or(self.threshold, |cap| (cap + 1).min(self.threshold));
+        let costs = self.fleet_costs(request, loads, &order[..up]);
         // Sort the available ones by (not full, cost, recent work), stable so
         // that remaining ties keep ring order.
         let mut keyed: Vec<(bool, u64, u64, usize)> = order[..up]
             .iter()
-            .map(|&i| {
+            .zip(&costs)
+            .map(|(&i, c)| {
                 let l = &loads[i];
                 let full = l.in_flight >= limit;
-                (full, self.cost_of(request, l).total, l.recent_work, i)
+                (full, c.total, l.recent_work, i)
             })
             .collect();
         keyed.sort_by_key(|&(full, cost, work, _)| (full, cost, work));
@@ -104,7 +118,24 @@ impl Policy for LongestPrefix {
     }
 
     fn costs(&self, request: &Request, loads: &[Load]) -> Option<Vec<Cost>> {
-        Some(loads.iter().map(|l| self.cost_of(request, l)).collect())
+        let all: Vec<usize> = (0..loads.len()).collect();
+        let up: Vec<usize> = all
+            .iter()
+            .copied()
+            .filter(|&i| loads[i].available)
+            .collect();
+        let fleet = Fleet::of(
+            &up.iter()
+                .map(|&i| self.cost_of(request, &loads[i]))
+                .collect::<Vec<_>>(),
+            up.iter().map(|&i| &loads[i]),
+        );
+        Some(
+            loads
+                .iter()
+                .map(|l| self.cost_of(request, l).in_fleet(&fleet))
+                .collect(),
+        )
     }
 
     fn queued_charge(&self, request: &Request, load: &Load) -> u64 {
@@ -272,7 +303,9 @@ mod tests {
         loads[0].matched_blocks = 10;
         let costs = p.costs(&req(1000), &loads).unwrap_or_default();
         assert_eq!(costs[0].total, 360 + RUNNING_WEIGHT);
-        assert_eq!(costs[1].total, 1000);
+        // Recomputing the 640 held tokens, with one instance of two busy.
+        assert_eq!(costs[1].duplicated_tokens, 320);
+        assert_eq!(costs[1].total, 1000 + 320);
         assert_eq!(
             p.queued_charge(&req(1000), &loads[0]),
             360 + crate::cost::REQUEST_OVERHEAD
