@@ -21,13 +21,13 @@ use crate::common::*;
 
 const MODEL: &str = "pace-model";
 /// The engine's step, and its prefill rate (tokens a second).
-const STEP: Duration = Duration::from_millis(100);
-const RATE: f64 = 5_000.0;
+const STEP: Duration = Duration::from_millis(200);
+const RATE: f64 = 2_500.0;
 /// What the gateway should learn: each request ahead delays a first token
-/// by its step, less the [`GAP`] it was sent before (80 ms × 5,000 a second).
+/// by its step, less the [`GAP`] it was sent before (160 ms × 2,500 a second).
 const OVERHEAD: f64 = 400.0;
 /// Between the requests of a burst, so they reach the engine in order.
-const GAP: Duration = Duration::from_millis(20);
+const GAP: Duration = Duration::from_millis(40);
 
 /// A one-at-a-time engine: a request's first token comes once every request
 /// before it and its own are done, each taking [`STEP`] + its tokens (4
@@ -169,8 +169,8 @@ async fn the_gateway_learns_an_engines_step_and_rate_from_its_first_tokens() {
     // Streamed, 0 to 3 requests queued ahead of each, until the fit is
     // known well enough to use (a few dozen answers; more on a busy host).
     let mut sent = 0;
-    for _ in 0..10 {
-        sent += bursts(&gw, 8, sent).await;
+    for _ in 0..12 {
+        sent += bursts(&gw, 4, sent).await;
         if pace(&gw).await["source"] != "default (256 tokens a request)" {
             break;
         }
@@ -195,7 +195,7 @@ async fn the_gateway_learns_an_engines_step_and_rate_from_its_first_tokens() {
         "rate {rate} against {RATE}: {p}"
     );
     // Each request ahead: its step, less the gap it was sent earlier.
-    assert!((30.0..=160.0).contains(&step), "step {step} ms: {p}");
+    assert!((64.0..=320.0).contains(&step), "step {step} ms: {p}");
     assert_eq!(
         p["running_weight_tokens"].as_u64().unwrap(),
         overhead as u64 / 8,
@@ -208,7 +208,7 @@ async fn the_gateway_learns_an_engines_step_and_rate_from_its_first_tokens() {
     let queued_before = inst.queued_prefill();
     assert_eq!(queued_before, 0);
     let url = gw.url("/v1/chat/completions");
-    // 1,500 tokens: queued for 400 ms.
+    // 1,500 tokens: queued for 800 ms.
     let b = body(77_777, 1500, true);
     let pending = tokio::spawn(async move { post(&url, &b).await });
     eventually("the request is queued", || inst.queued_prefill() > 0).await;

@@ -27,7 +27,7 @@
 //! not one another's shadow (an idle engine shows no queue and keeps the
 //! guess), it has a positive rate, and its standard errors say the rate is
 //! known within [`MAX_RATE_ERROR`] and the overhead within
-//! [`MAX_OVERHEAD_ERROR`] tokens (times to first token are noisy: a fit of
+//! [`MAX_OVERHEAD_ERROR`] tokens or that fraction of it (times to first token are noisy: a fit of
 //! a few noisy answers must not steer routing); whenever it stops meeting
 //! that, the guess stands. The learned overhead is clamped to [`OVERHEAD_RANGE`]. A
 //! sample is refused (counted, never moving the fit) when its time is not
@@ -54,7 +54,7 @@ pub const MIN_QUEUE_SPREAD: f64 = 0.25;
 /// The fit stands once its rate is known within this fraction (one
 /// standard error)…
 pub const MAX_RATE_ERROR: f64 = 0.25;
-/// …and its overhead within this many prefill tokens.
+/// …and its overhead within this many prefill tokens, or that fraction of it.
 pub const MAX_OVERHEAD_ERROR: f64 = 64.0;
 /// Samples the fit reaches back over, about (exponential decay).
 pub const HORIZON: f64 = 256.0;
@@ -156,7 +156,9 @@ impl Sums {
         let residual = ((cyy - slope * cxy - step * cqy) * w / (w - 3.0).max(1.0)).max(0.0);
         let se_slope = (residual * cqq / (det * w)).sqrt();
         let se_step = (residual * cxx / (det * w)).sqrt();
-        if !(se_slope <= slope * MAX_RATE_ERROR && se_step / slope <= MAX_OVERHEAD_ERROR) {
+        let overhead = step / slope;
+        let tolerance = MAX_OVERHEAD_ERROR.max(overhead * MAX_RATE_ERROR);
+        if !(se_slope <= slope * MAX_RATE_ERROR && se_step / slope <= tolerance) {
             return None;
         }
         Some(Fit {
