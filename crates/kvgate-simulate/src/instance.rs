@@ -13,7 +13,9 @@
 //! For the gateway's side it also keeps the instance's queued prefill: the
 //! charge (`Policy::queued_charge`) of each request dispatched here, held from
 //! dispatch until its first token (or its rejection), as the gateway's
-//! in-flight guard holds it until the first byte.
+//! in-flight guard holds it until the first byte; and the instance's pace as
+//! the gateway learns it, each first token a sample (`kvgate_routing::pace`),
+//! so the what-if charges the overhead the live gateway would.
 //!
 //! The one addition is speed: while every running sequence is decoding, every
 //! step is alike, so the run of steps up to the next sequence's last token is
@@ -22,6 +24,7 @@
 
 use std::collections::VecDeque;
 
+use kvgate_routing::pace::{Ahead, Pace};
 use kvgate_sim::{KvCache, SimConfig};
 
 use super::workload::Workload;
@@ -85,6 +88,10 @@ struct Seq {
     arrived: f64,
     /// Queued-prefill tokens the gateway charged for it, until its first token.
     charge: u64,
+    /// What its first token waits for, as the gateway saw it ([`Pace`]).
+    ahead: Ahead,
+    /// The part of `charge` that was the instance's overhead.
+    overhead: u64,
     prompt: usize,
     max_tokens: usize,
     private: usize,
@@ -118,6 +125,11 @@ pub struct Instance {
     step: Option<Step>,
     /// Sum of the charges of requests without a first token yet.
     queued: u64,
+    /// Those requests, and their charges without the overheads.
+    queued_requests: u64,
+    queued_uncached: u64,
+    /// Its pace as the gateway learns it from first tokens.
+    pace: Pace,
 }
 
 impl Instance {
@@ -129,7 +141,16 @@ impl Instance {
             running: Vec::new(),
             step: None,
             queued: 0,
+            queued_requests: 0,
+            queued_uncached: 0,
+            pace: Pace::default(),
         }
+    }
+
+    /// What one queued request costs here, as the gateway has learned it
+    /// (`Load::overhead_tokens`).
+    pub fn overhead_tokens(&self) -> u64 {
+        self.pace.overhead_tokens()
     }
 
     /// Requests dispatched here and not finished: what the gateway counts.
@@ -154,10 +175,19 @@ impl Instance {
         let Some(r) = w.requests.get(req) else { return };
         let bs = self.timing.block_size;
         let total_blocks = (r.prompt_tokens + r.output_tokens).div_ceil(bs);
+        let overhead = self.pace.overhead_tokens().min(charge);
+        let ahead = Ahead {
+            work: self.queued_uncached + (charge - overhead),
+            requests: self.queued_requests,
+        };
+        self.queued_requests += 1;
+        self.queued_uncached += charge - overhead;
         self.waiting.push_back(Seq {
             req,
             arrived: now,
             charge,
+            ahead,
+            overhead,
             prompt: r.prompt_tokens,
             max_tokens: r.output_tokens,
             private: total_blocks.saturating_sub(w.hashes(req).len()),
@@ -183,7 +213,9 @@ impl Instance {
         let now = step.end();
         let bs = self.timing.block_size;
         let cache = &mut self.cache;
-        let queued = &mut self.queued;
+        let (queued, pace) = (&mut self.queued, &self.pace);
+        let (queued_requests, queued_uncached) =
+            (&mut self.queued_requests, &mut self.queued_uncached);
         self.running.retain_mut(|seq| {
             if seq.scheduled == 0 {
                 return true;
@@ -199,7 +231,12 @@ impl Instance {
                 if seq.computed == seq.prompt {
                     seq.generated = 1;
                     rec.ttft[seq.req] = now - seq.arrived;
-                    *queued = queued.saturating_sub(std::mem::take(&mut seq.charge));
+                    pace.observe(seq.ahead, now - seq.arrived);
+                    let charge = std::mem::take(&mut seq.charge);
+                    *queued = queued.saturating_sub(charge);
+                    *queued_requests = queued_requests.saturating_sub(1);
+                    *queued_uncached =
+                        queued_uncached.saturating_sub(charge.saturating_sub(seq.overhead));
                 }
             } else {
                 seq.generated += step.count;
@@ -235,8 +272,13 @@ impl Instance {
                 if self.running.is_empty() {
                     // Even an empty cache cannot hold it (kvgate-sim refuses these);
                     // its error answer ends the gateway's charge.
-                    let charge = self.waiting.pop_front().map_or(0, |s| s.charge);
-                    self.queued = self.queued.saturating_sub(charge);
+                    if let Some(s) = self.waiting.pop_front() {
+                        self.queued = self.queued.saturating_sub(s.charge);
+                        self.queued_requests = self.queued_requests.saturating_sub(1);
+                        self.queued_uncached = self
+                            .queued_uncached
+                            .saturating_sub(s.charge.saturating_sub(s.overhead));
+                    }
                     rec.rejected += 1;
                     continue;
                 }
