@@ -150,9 +150,9 @@ impl CostModel {
     /// The cost of a `prompt_tokens` prompt on an instance with `load`.
     pub fn cost(&self, prompt_tokens: u64, load: &Load) -> Cost {
         let uncached = self.uncached(prompt_tokens, load.matched_blocks);
-        let queued = load.queued_prefill.saturating_add(
-            crate::pace::running_weight(overhead(load)).saturating_mul(load.in_flight as u64),
-        );
+        let queued = load
+            .queued_prefill
+            .saturating_add(running_weight(overhead(load)).saturating_mul(load.in_flight as u64));
         let displaced = if load.cache_full { uncached } else { 0 };
         Cost {
             cached_tokens: prompt_tokens - uncached,
@@ -202,6 +202,13 @@ pub fn block_tokens(block_chars: usize) -> usize {
 /// Estimated prompt tokens from characters of canonical prompt.
 pub fn tokens_of_chars(chars: usize) -> u64 {
     chars.div_ceil(CHARS_PER_TOKEN) as u64
+}
+
+/// Prefill tokens charged for each request decoding on an instance whose
+/// requests cost `overhead` each: the guessed ratio (256 : 32), so that a
+/// decoding request stays a small fraction of one step.
+pub fn running_weight(overhead: u64) -> u64 {
+    (overhead.saturating_mul(RUNNING_WEIGHT) / REQUEST_OVERHEAD).max(1)
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::cost::{REQUEST_OVERHEAD, RUNNING_WEIGHT};
+use crate::cost::{REQUEST_OVERHEAD, running_weight};
 
 /// Samples before the fit replaces the guess.
 pub const MIN_ANSWERS: u64 = 16;
@@ -252,13 +252,6 @@ impl Pace {
             learned: fit.is_some(),
         }
     }
-}
-
-/// Prefill tokens charged for each request decoding on an instance whose
-/// requests cost `overhead` each: the guessed ratio (256 : 32), so that a
-/// decoding request stays a small fraction of one step.
-pub fn running_weight(overhead: u64) -> u64 {
-    (overhead.saturating_mul(RUNNING_WEIGHT) / REQUEST_OVERHEAD).max(1)
 }
 
 #[cfg(test)]
