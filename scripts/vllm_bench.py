@@ -3,12 +3,16 @@
 CPU build of vLLM 0.32, SmolLM2-135M, `scripts/vllm.sh`) behind kvgate,
 `prefix_aware` against `longest_prefix` and `kv_aware`, on shared documents.
 
-The engines start once (`scripts/vllm.sh start`) with a small KV cache
-(`--blocks`, 80 blocks of 32 tokens by default: each engine holds about five
-of the documents, the fleet about all eight, so where a document lives
-matters) and KV events. Before each strategy's pass both engines' prefix
-caches are emptied (vLLM's dev-mode `/reset_prefix_cache`) and a fresh
-gateway starts (`target/release/kvgate serve`); `kv_aware`'s gateway follows
+The engines run with a small KV cache (`--blocks`, 80 blocks of 32 tokens
+by default: each engine holds about five of the documents, the fleet about all
+eight, so where a document lives matters) and KV events. Each strategy's first
+pass (round 1) meets engines started just before it (`scripts/vllm.sh stop`,
+then `start`): a fleet after a deploy, a restart or a scale-out, whose first
+requests are slower than later ones, is what the router meets first. Before
+every later pass both engines' prefix caches are emptied (vLLM's dev-mode
+`/reset_prefix_cache`) with the engines left running (warm). A fresh gateway
+starts for every pass (`target/release/kvgate serve`), so nothing it learned
+carries over; `kv_aware`'s gateway follows
 the engines' events and tokenizes with the model folder, `longest_prefix`'s
 learns each engine's capacity from `vllm:cache_config_info`. Every strategy
 gets the same shuffled list of requests — D documents of ~W words as the
@@ -18,7 +22,9 @@ official OpenAI SDK. Measured per request: TTFT (first SSE chunk, as the
 client sees it) and the engine's own usage.prompt_tokens_details.cached_tokens.
 Per pass: engine-cached ÷ prompt tokens, P50/P90 TTFT, wall time for the
 fixed work, and each engine's share of the prompt tokens (from its /metrics).
-Passes repeat `--rounds` times with fresh documents, strategies interleaved.
+Passes repeat `--rounds` times with fresh documents, strategies interleaved;
+the report judges the first pass and the warm passes apart
+(`--no-cold-first-round`: every pass on warm engines, as before).
 
     python3 scripts/vllm_bench.py                      # writes bench/results/vllm.md
     python3 scripts/vllm_bench.py --docs 2 --questions 2 --rounds 1 --out /tmp/v.md   # quick
@@ -145,10 +151,22 @@ def gateway_yaml(strategy, port, env, prefix_length):
     return yaml
 
 
-def run_pass(strategy, args, env, workdir, order, docs, rnd):
+def start_engines(args, env):
+    """Stops any engines of this script and starts two fresh ones; their
+    addresses go into `env`."""
+    subprocess.run(["bash", env["KVGATE_VLLM_SCRIPT"], "stop"], cwd=REPO, check=False, capture_output=True)
+    log(f"starting 2 engines with {args.blocks} blocks each (about a minute)")
+    env.update(shell_env(["bash", env["KVGATE_VLLM_SCRIPT"], "start", "2", "--blocks", str(args.blocks)]))
+
+
+def run_pass(strategy, args, env, workdir, order, docs, rnd, cold):
+    if cold:
+        start_engines(args, env)
     urls = env["KVGATE_VLLM_URLS"].split(",")
     model = env["KVGATE_VLLM_SERVED_MODEL"]
-    empty_caches(urls, model)
+    if not cold:
+        # A fresh engine's cache is empty already; a warm one's is emptied.
+        empty_caches(urls, model)
     before = [metrics(u) for u in urls]
     port = free_port()
     cfg = os.path.join(workdir, f"{rnd}-{strategy}.yaml")
@@ -215,7 +233,8 @@ def run_pass(strategy, args, env, workdir, order, docs, rnd):
         gw.wait()
     after = [metrics(u) for u in urls]
     prompt_by_engine = [a.get("vllm:prompt_tokens_total", 0) - b.get("vllm:prompt_tokens_total", 0) for a, b in zip(after, before)]
-    return {"strategy": strategy, "round": rnd, "results": results, "wall": wall, "per_engine": prompt_by_engine}
+    return {"strategy": strategy, "round": rnd, "cold": cold, "results": results, "wall": wall,
+            "per_engine": prompt_by_engine}
 
 
 def summarise(runs):
@@ -251,6 +270,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "bench/results/vllm.md"))
     ap.add_argument("--prefix-length", type=int, default=1024, help="routing.prefix_length (characters; kvgate's minimum)")
     ap.add_argument("--skip-build", action="store_true", help="use target/release/kvgate as it is")
+    ap.add_argument("--no-cold-first-round", action="store_true",
+                    help="start the engines once; every pass on warm engines with emptied caches")
     args = ap.parse_args()
 
     env = dict(os.environ)
@@ -259,8 +280,8 @@ def main():
     if not args.skip_build:
         log("building kvgate (release)")
         subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "kvgate"], cwd=REPO, check=True)
-    log(f"starting 2 engines with {args.blocks} blocks each (about a minute)")
-    env.update(shell_env(["bash", env["KVGATE_VLLM_SCRIPT"], "start", "2", "--blocks", str(args.blocks)]))
+    if args.no_cold_first_round:
+        start_engines(args, env)
     started = datetime.datetime.now(datetime.timezone.utc)
     workdir = tempfile.mkdtemp(prefix="kvgate-vllm-bench-")
     log("logs and configs in", workdir)
@@ -274,9 +295,10 @@ def main():
             random.Random(args.seed + rnd).shuffle(order)
             # Strategies in a rotating order, so none always runs first.
             for strategy in strategies[rnd % len(strategies):] + strategies[: rnd % len(strategies)]:
-                runs.append(run_pass(strategy, args, env, workdir, order, docs, rnd))
+                cold = rnd == 1 and not args.no_cold_first_round
+                runs.append(run_pass(strategy, args, env, workdir, order, docs, rnd, cold))
                 s = summarise([runs[-1]])
-                log(f"round {rnd} {strategy}: cached {s['cached']:.1%}, p50 {s['p50']*1e3:.0f} ms, "
+                log(f"round {rnd} {strategy}{' (fresh engines)' if cold else ''}: cached {s['cached']:.1%}, p50 {s['p50']*1e3:.0f} ms, "
                     f"p90 {s['p90']*1e3:.0f} ms, wall {s['wall']:.1f} s, errors {s['errors']}")
     finally:
         subprocess.run(["bash", env["KVGATE_VLLM_SCRIPT"], "stop"], cwd=REPO, check=False)
@@ -285,26 +307,11 @@ def main():
         raise SystemExit("some requests failed: see the report")
 
 
-def report(args, runs, strategies, started):
+def table(runs, strategies):
+    """The per-strategy table and the dominance verdicts for `runs`."""
     sums = {s: summarise([r for r in runs if r["strategy"] == s]) for s in strategies}
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
-    base = sums.get("prefix_aware")
     lines = [
-        "# Real vLLM behind kvgate: the routing benchmark's real-engine cell",
-        "",
-        f"- Command: `python3 scripts/vllm_bench.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}`".rstrip() + "",
-        f"- Date: {started:%Y-%m-%d %H:%M} UTC; commit {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO, capture_output=True, text=True).stdout.strip()}",
-        f"- Machine: {os.cpu_count()} logical cores ({cpu}), the engines on one core each, gateway and clients sharing them",
-        "",
-        f"Two vLLM 0.32 engines (CPU build, SmolLM2-135M-Instruct, `scripts/vllm.sh start 2 --blocks {args.blocks}`: "
-        f"{args.blocks} KV blocks of 32 tokens each, prefix caching, KV events) behind kvgate (routing.prefix_length "
-        f"{args.prefix_length}, inside every document; every other setting each strategy's default). Workload: {args.docs} documents of "
-        f"~{args.words} words as the system prompt × {args.questions} questions, shuffled, {args.clients} closed-loop clients, "
-        f"streaming, {args.max_tokens} output tokens; {args.rounds} rounds with fresh documents, caches emptied and a fresh "
-        "gateway before every pass. *Cached* is the engines' own `cached_tokens` ÷ `prompt_tokens`; TTFT is the client's; "
-        "wall is the time for the whole fixed workload (lower is better); shares are each engine's prompt tokens.",
-        "",
-        "| strategy | requests | errors | cached | TTFT P50 | TTFT P90 | wall (sum of rounds) | wall per round | engine shares |",
+        "| strategy | requests | errors | cached | TTFT P50 | TTFT P90 | wall (sum of passes) | wall per pass | engine shares |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for s in strategies:
@@ -313,6 +320,7 @@ def report(args, runs, strategies, started):
             f"| {s} | {x['n']} | {x['errors']} | {x['cached']:.1%} | {x['p50']*1e3:.0f} ms | {x['p90']*1e3:.0f} ms | "
             f"{x['wall']:.1f} s | {', '.join(f'{w:.1f}' for w in x['walls'])} | {' / '.join(f'{v:.0%}' for v in x['shares'])} |"
         )
+    base = sums.get("prefix_aware")
     if base:
         lines += ["", "Against `prefix_aware` (the dominance targets: cached within 1 point, P90 ≤ 1.05×, wall ≤ 1.03×):", ""]
         for s in strategies:
@@ -328,6 +336,40 @@ def report(args, runs, strategies, started):
                 + ("meets all three" if ok else "misses: " + ", ".join(
                     n for n, bad in (("cached", d < -1), ("P90", p90 > 1.05), ("wall", wall > 1.03)) if bad))
             )
+    return lines
+
+
+def report(args, runs, strategies, started):
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    cold = [r for r in runs if r["cold"]]
+    warm = [r for r in runs if not r["cold"]]
+    lines = [
+        "# Real vLLM behind kvgate: the routing benchmark's real-engine cell",
+        "",
+        f"- Command: `python3 scripts/vllm_bench.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}`".rstrip() + "",
+        f"- Date: {started:%Y-%m-%d %H:%M} UTC; commit {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO, capture_output=True, text=True).stdout.strip()}",
+        f"- Machine: {os.cpu_count()} logical cores ({cpu}), the engines on one core each, gateway and clients sharing them; "
+        f"load average (1, 5, 15 min) at the end: {load}",
+        "",
+        f"Two vLLM 0.32 engines (CPU build, SmolLM2-135M-Instruct, `scripts/vllm.sh start 2 --blocks {args.blocks}`: "
+        f"{args.blocks} KV blocks of 32 tokens each, prefix caching, KV events) behind kvgate (routing.prefix_length "
+        f"{args.prefix_length}, inside every document; every other setting each strategy's default). Workload: {args.docs} documents of "
+        f"~{args.words} words as the system prompt × {args.questions} questions, shuffled, {args.clients} closed-loop clients, "
+        f"streaming, {args.max_tokens} output tokens; {args.rounds} rounds with fresh documents, strategies in a rotating order, "
+        "a fresh gateway before every pass. "
+        + ("Each strategy's first pass meets engines started just before it (a fleet after a deploy or a restart); "
+           "later passes run on the same engines with their prefix caches emptied. " if cold else
+           "Every pass on engines started once, caches emptied before it. ")
+        + "*Cached* is the engines' own `cached_tokens` ÷ `prompt_tokens`; TTFT is the client's; "
+        "wall is the time for the whole fixed workload (lower is better); shares are each engine's prompt tokens.",
+        "",
+    ]
+    if cold:
+        lines += ["## First pass after the engines start", ""] + table(cold, strategies) + [""]
+    if warm:
+        lines += [f"## Warm engines ({'rounds 2–' + str(args.rounds) if cold else 'every round'})", ""] + table(warm, strategies) + [""]
+    lines += ["## All passes", ""] + table(runs, strategies)
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     log("wrote", args.out)
