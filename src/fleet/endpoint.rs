@@ -173,7 +173,7 @@ impl Endpoint {
             let (approx, mut full) = if lookup {
                 inst.index.lookup(chain)
             } else {
-                (0, false)
+                (0, 0)
             };
             let (matched, s) = match kv {
                 None => (approx, Seen::default()),
@@ -191,7 +191,7 @@ impl Endpoint {
                             let cap = inst.index.capacity()
                                 * routing::cost::block_tokens(routing.block_chars);
                             let stored = sub.feed.held_blocks() * kv.block_size;
-                            full = routing::cost::fills(stored, cap);
+                            full = routing::cost::fill(stored, cap);
                             let s = Seen {
                                 trust,
                                 from_events: true,
@@ -214,7 +214,7 @@ impl Endpoint {
             };
             loads.push(Load {
                 matched_blocks: matched,
-                cache_full: full,
+                cache_fill: full,
                 ..inst.load()
             });
             seen.push(s);
