@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::client::{self, Outcome};
 use crate::conversation::{Conversation, streaming};
+use crate::density::Density;
 use crate::regime::Api;
 use crate::workload::{Content, Fork, Session, Turn};
 
@@ -66,6 +67,8 @@ pub struct Target {
     pub stream: bool,
     /// The API chat sessions speak.
     pub api: Api,
+    /// The text density; trace prompts, built here, are recoded to it.
+    pub density: Density,
 }
 
 impl Target {
@@ -202,7 +205,7 @@ fn request(
         Content::Trace { hash_ids, tokens } => {
             let body = json!({
                 "model": target.model,
-                "prompt": trace_prompt(hash_ids, *tokens),
+                "prompt": target.density.recode(&trace_prompt(hash_ids, *tokens)),
                 "max_tokens": turn.max_tokens,
             });
             let body = streaming(body, target.stream);
