@@ -23,7 +23,9 @@
 //! of `⌊K·d⌋` characters, `K` tokens at the new density; texts that share
 //! their first `m` chunks share their first `⌊m·d⌋` characters, and texts
 //! that differ differ from there on (up to a 1-in-64 chance a token): every
-//! prefix the workload shares stays shared, and no other.
+//! prefix the workload shares stays shared, and no other. The engines'
+//! answers (English-like words whatever the density) are recoded the same way
+//! before they join a conversation's history (`driver`).
 
 use std::fmt;
 
@@ -119,9 +121,10 @@ impl Density {
         }
     }
 
-    /// The engines' `bytes_per_token`: what the gateway, counting bytes, learns.
+    /// The engines' `bytes_per_token`: what the gateway, counting bytes,
+    /// learns (to the thousandth, as the engines hold it).
     pub fn bytes_per_token(self) -> f64 {
-        self.0 * self.bytes_per_char()
+        (self.0 * self.bytes_per_char() * MILLI as f64).round() / MILLI as f64
     }
 
     /// Characters of the output for tokens `0..k`: ⌊k·d⌋.

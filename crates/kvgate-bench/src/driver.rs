@@ -175,7 +175,11 @@ async fn one(
     let outcome = client::send(&target.client, &url, body.clone(), chat, target.stream, api).await;
     let ok = outcome.error.is_none();
     if chat {
-        history.answer(&outcome.text);
+        // The engine answers in English-like words whatever the density; the
+        // history carries them at the cell's density, so a resent answer is
+        // as many tokens as at 4 (answers are never cached, so no sharing
+        // changes).
+        history.answer(&target.density.recode(&outcome.text));
     }
     records.push(Record {
         sent,

@@ -15,8 +15,9 @@ pub(super) fn method(s: &mut String) {
          characters a token (`src/density.rs`): the same sessions, turns and tokens, so the \
          same caches fit, and every prefix the workload shares still shared, but code-like \
          ASCII (` x`, ` (`, ` _` pieces) at d ≥ 1.8 and CJK ideographs (3 UTF-8 bytes each) \
-         below. The engines count d × (bytes a character) bytes a token: 2 for code at 2, \
-         3.9 for CJK at 1.3. The gateway's estimates start from 4 characters a token and \
+         below; the engines' answers (English-like words at any density) join the history \
+         recoded the same way. The engines count d × (bytes a character) bytes a token: 2 \
+         for code at 2, 3.9 for CJK at 1.3. The gateway's estimates start from 4 characters a token and \
          learn the engines' ratio from `usage.prompt_tokens` \
          (`kvgate_routing::units::Density`); it counts the canonical prompt's UTF-8 bytes, so \
          what it learns is bytes a token: about 2 at d = 2 (its guess 2× off), about 3.9 at \
