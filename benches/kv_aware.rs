@@ -424,7 +424,7 @@ fn tool_log(step: u64, lines: u64) -> String {
 fn kv_aware_long_prompt(c: &mut Criterion) {
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let _enter = tokio.enter();
-    let earlier = agent_conversation(340_000);
+    let earlier = agent_conversation(214_000);
     let with = |model: &str, last: &str| {
         let mut messages = earlier.clone();
         messages.push(serde_json::json!({"role": "user", "content": last}));
@@ -449,6 +449,88 @@ fn kv_aware_long_prompt(c: &mut Criterion) {
                 |bytes| decide(&f.rt, bytes),
                 BatchSize::LargeInput,
             )
+        });
+    }
+    g.finish();
+}
+
+/// Where [`kv_aware_long_prompt`]'s `kv_aware` time goes: each step alone,
+/// with a new turn each time where the step tokenizes.
+fn kv_aware_long_prompt_parts(c: &mut Criterion) {
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let _enter = tokio.enter();
+    let earlier = agent_conversation(214_000);
+    let with = |last: &str| {
+        let mut messages = earlier.clone();
+        messages.push(serde_json::json!({"role": "user", "content": last}));
+        serde_json::json!({"model": "kv", "stream": true, "messages": messages})
+    };
+    let mut fleet: Option<Fleet> = None;
+    let mut g = c.benchmark_group("kv_aware_parts_100k_tokens");
+    for part in [
+        "analyse",
+        "render",
+        "tokenize",
+        "encode_cached",
+        "encode_new_turn",
+        "view",
+        "plan",
+    ] {
+        let mut turn = 0u64;
+        g.bench_function(part, |b| {
+            let f = fleet.get_or_insert_with(|| long_prompt_fleet(&tokio, &earlier));
+            let rt = &f.rt;
+            let tok = &rt.endpoints[0]
+                .config
+                .routing
+                .kv
+                .as_ref()
+                .unwrap()
+                .tokenizer;
+            let headers = HeaderMap::new();
+            let bytes = Bytes::from(serde_json::to_vec(&with("fixed")).unwrap());
+            let a =
+                kvgate::request::analyse(rt, Api::Chat, None, &headers, bytes, "tenant").unwrap();
+            let (loads, _) = a.input.view();
+            let req = a.input.routing_request();
+            let mut next = || {
+                turn += 1;
+                with(&tool_log(20_000 + turn, 40))
+            };
+            match part {
+                "analyse" => b.iter_batched(
+                    || Bytes::from(serde_json::to_vec(&next()).unwrap()),
+                    |bytes| {
+                        kvgate::request::analyse(rt, Api::Chat, None, &headers, bytes, "tenant")
+                            .unwrap()
+                    },
+                    BatchSize::LargeInput,
+                ),
+                "render" => b.iter_batched(
+                    next,
+                    |v| tok.render_chat(&v).unwrap(),
+                    BatchSize::LargeInput,
+                ),
+                "tokenize" => b.iter_batched(
+                    next,
+                    |v| tok.chat(&v, 131_072).unwrap(),
+                    BatchSize::LargeInput,
+                ),
+                "encode_cached" => {
+                    let text = tok.render_chat(&with("fixed")).unwrap();
+                    b.iter(|| tok.encode(&text, false))
+                }
+                "encode_new_turn" => b.iter_batched(
+                    || {
+                        turn += 1;
+                        tool_log(30_000 + turn, 40)
+                    },
+                    |t| tok.encode(&t, false),
+                    BatchSize::SmallInput,
+                ),
+                "view" => b.iter(|| a.input.view()),
+                _ => b.iter(|| a.input.endpoint.policy.plan(black_box(&req), &loads)),
+            }
         });
     }
     g.finish();
@@ -500,6 +582,7 @@ criterion_group!(
     benches,
     kv_aware_decision,
     kv_aware_at_scale,
-    kv_aware_long_prompt
+    kv_aware_long_prompt,
+    kv_aware_long_prompt_parts
 );
 criterion_main!(benches);

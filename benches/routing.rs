@@ -233,6 +233,32 @@ fn longest_prefix_at_scale(c: &mut Criterion) {
     g.finish();
 }
 
+/// Where [`longest_prefix_at_scale`]'s time goes at 1,000 instances: each
+/// step of the decision alone, on the same full fleet.
+fn longest_prefix_parts(c: &mut Criterion) {
+    let body = Bytes::from(chat_body(16 << 10));
+    let headers = HeaderMap::new();
+    let mut fleet: Option<kvgate::Runtime> = None;
+    let mut g = c.benchmark_group("longest_prefix_parts_16KiB_1000_instances");
+    for part in ["analyse", "view", "plan", "insert"] {
+        g.bench_function(part, |b| {
+            let rt = fleet.get_or_insert_with(|| full_fleet(1000, &headers, &body));
+            let a = analyse(rt, &headers, &body);
+            let ep = &a.input.endpoint;
+            let (loads, _) = a.input.view();
+            let req = a.input.routing_request();
+            let first = ep.policy.plan(&req, &loads).order[0];
+            match part {
+                "analyse" => b.iter(|| analyse(rt, &headers, &body)),
+                "view" => b.iter(|| a.input.view()),
+                "plan" => b.iter(|| ep.policy.plan(black_box(&req), &loads)),
+                _ => b.iter(|| ep.instances[first].index.insert(&a.input.chain)),
+            }
+        });
+    }
+    g.finish();
+}
+
 /// Real heap bytes per index entry (printed; `routing::index::ENTRY_BYTES` is the estimate).
 fn index_memory(_c: &mut Criterion) {
     let entries = 1_000_000usize;
@@ -260,6 +286,7 @@ criterion_group!(
     decision,
     longest_prefix_decision,
     longest_prefix_at_scale,
+    longest_prefix_parts,
     index_memory
 );
 criterion_main!(benches);

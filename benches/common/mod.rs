@@ -51,14 +51,14 @@ pub const PROMPTS_AN_INSTANCE: u64 = 4;
 /// dispatches would: conversations of 48 blocks (12,288 characters at
 /// 256 a block), each the first 16 blocks of one of the fleet's
 /// [`SHARED_PROMPTS`] system prompts (the instance's [`PROMPTS_AN_INSTANCE`]
-/// of them, so other instances hold the same blocks) and 32 of its own. It
-/// goes on past the capacity, so the index is full and has evicted.
+/// of them, so other instances hold the same blocks) and 32 of its own.
 pub fn fill_index(index: &BlockIndex, i: u64) {
     let cap = index.capacity();
     let key = |a: u64, b: u64| (a << 24 ^ b).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5bd1_e995;
     let mut chain = Vec::with_capacity(48);
     let mut c = 0u64;
-    while c * 48 < (cap as u64) * 5 / 4 {
+    // A quarter more distinct blocks than it holds: full, and it has evicted.
+    while c * 32 < (cap as u64) * 5 / 4 {
         let prompt = (i + (c % PROMPTS_AN_INSTANCE) * 17) % SHARED_PROMPTS;
         chain.clear();
         chain.extend((0..16).map(|b| key(prompt, b)));
