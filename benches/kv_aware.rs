@@ -313,9 +313,29 @@ fn decide(rt: &kvgate::Runtime, bytes: Bytes) -> kvgate_routing::Plan {
     )
 }
 
+/// A fleet of `n` live kv_aware instances with full indexes (see
+/// [`fill_fleet`]), the holder holding three quarters of `ids` (`base`'s tokens).
+fn full_kv_fleet(tokio: &tokio::runtime::Runtime, n: usize, ids: &[u32], base: &Bytes) -> Fleet {
+    let started = std::time::Instant::now();
+    let f = live_fleet(tokio, n, &[("m", "strategy: kv_aware")]);
+    let headers = HeaderMap::new();
+    let a =
+        kvgate::request::analyse(&f.rt, Api::Chat, None, &headers, base.clone(), "tenant").unwrap();
+    fill_fleet(
+        &f.rt.endpoints[0],
+        ids,
+        ids.len() / 16 * 3 / 4,
+        &a.input.chain,
+    );
+    eprintln!("{n} instances live and full in {:?}", started.elapsed());
+    f
+}
+
 /// Issue 31: the new-last-turn case for a 16 KiB body on 7 to 1,000 live
 /// instances with full indexes; the holder has the body's first three
 /// quarters. Each fleet is built only when its case runs and dropped after.
+/// At 1,000 instances, each step alone too (`_only`: analyse with a new
+/// turn, the view, the plan).
 fn kv_aware_at_scale(c: &mut Criterion) {
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let _enter = tokio.enter();
@@ -323,48 +343,51 @@ fn kv_aware_at_scale(c: &mut Criterion) {
     let base = body(16 << 10, "And now?");
     let ids = tok.chat(&base, usize::MAX).unwrap().ids;
     let base_bytes = Bytes::from(serde_json::to_vec(&base).unwrap());
+    let headers = HeaderMap::new();
+    let mut turn = 0u64;
+    let mut new_turn = || {
+        turn += 1;
+        let q = format!("Question {turn}: what changed since the last release?");
+        Bytes::from(serde_json::to_vec(&body(16 << 10, &q)).unwrap())
+    };
     let mut g = c.benchmark_group("kv_aware_decision_16KiB_full");
     for n in common::FLEETS {
         let mut fleet: Option<Fleet> = None;
-        let mut turn = 0u64;
-        g.bench_function(format!("{n}_instances"), |b| {
-            let f = fleet.get_or_insert_with(|| {
-                let started = std::time::Instant::now();
-                let f = live_fleet(&tokio, n, &[("m", "strategy: kv_aware")]);
-                let headers = HeaderMap::new();
-                let a = kvgate::request::analyse(
-                    &f.rt,
-                    Api::Chat,
-                    None,
-                    &headers,
-                    base_bytes.clone(),
-                    "tenant",
-                )
-                .unwrap();
-                fill_fleet(
-                    &f.rt.endpoints[0],
-                    &ids,
-                    ids.len() / 16 * 3 / 4,
-                    &a.input.chain,
+        let parts: &[&str] = if n == 1000 {
+            &["", "_analyse_only", "_view_only", "_plan_only"]
+        } else {
+            &[""]
+        };
+        for part in parts {
+            g.bench_function(format!("{n}_instances{part}"), |b| {
+                let rt = &fleet
+                    .get_or_insert_with(|| full_kv_fleet(&tokio, n, &ids, &base_bytes))
+                    .rt;
+                assert_eq!(
+                    decide(rt, base_bytes.clone()).reason,
+                    kvgate_routing::Reason::CacheHit
                 );
-                eprintln!("{n} instances live and full in {:?}", started.elapsed());
-                f
+                let analyse = |bytes| {
+                    kvgate::request::analyse(rt, Api::Chat, None, &headers, bytes, "tenant")
+                        .unwrap()
+                };
+                let a = analyse(new_turn());
+                let (loads, _) = a.input.view();
+                let req = a.input.routing_request();
+                match *part {
+                    "" => b.iter_batched(
+                        &mut new_turn,
+                        |bytes| decide(rt, bytes),
+                        BatchSize::SmallInput,
+                    ),
+                    "_analyse_only" => {
+                        b.iter_batched(&mut new_turn, analyse, BatchSize::SmallInput)
+                    }
+                    "_view_only" => b.iter(|| a.input.view()),
+                    _ => b.iter(|| a.input.endpoint.policy.plan(black_box(&req), &loads)),
+                }
             });
-            let rt = &f.rt;
-            assert_eq!(
-                decide(rt, base_bytes.clone()).reason,
-                kvgate_routing::Reason::CacheHit
-            );
-            b.iter_batched(
-                || {
-                    turn += 1;
-                    let q = format!("Question {turn}: what changed since the last release?");
-                    Bytes::from(serde_json::to_vec(&body(16 << 10, &q)).unwrap())
-                },
-                |bytes| decide(rt, bytes),
-                BatchSize::SmallInput,
-            )
-        });
+        }
     }
     g.finish();
 }
@@ -418,9 +441,11 @@ fn tool_log(step: u64, lines: u64) -> String {
 /// and the holder holds their blocks; the new turn (a tool's output of
 /// about 2.5 KiB, its step number new) is new each time. On 7 instances with full indexes.
 /// `kv_aware` reaches the whole prompt (`max_prompt_blocks: 2048`, 131,072
-/// tokens); `kv_aware_default_reach` stops at the defaults' 65,536 tokens
-/// and so never tokenizes the new turn; `longest_prefix` is the same body
-/// without tokenizing or event lookups.
+/// tokens); `kv_aware_short_question` is the same with a new turn of one
+/// short question instead (what the prompt's length costs by itself);
+/// `kv_aware_default_reach` stops at the defaults' 65,536 tokens and so never
+/// tokenizes the new turn; `longest_prefix` is the same body without
+/// tokenizing or event lookups.
 fn kv_aware_long_prompt(c: &mut Criterion) {
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let _enter = tokio.enter();
@@ -433,10 +458,11 @@ fn kv_aware_long_prompt(c: &mut Criterion) {
     };
     let mut fleet: Option<Fleet> = None;
     let mut g = c.benchmark_group("kv_aware_decision_100k_tokens");
-    for (model, name) in [
-        ("kv", "kv_aware"),
-        ("kvdefault", "kv_aware_default_reach"),
-        ("lp", "longest_prefix"),
+    for (model, name, tool_output) in [
+        ("kv", "kv_aware", true),
+        ("kv", "kv_aware_short_question", false),
+        ("kvdefault", "kv_aware_default_reach", true),
+        ("lp", "longest_prefix", true),
     ] {
         let mut turn = 0u64;
         g.bench_function(name, |b| {
@@ -444,7 +470,12 @@ fn kv_aware_long_prompt(c: &mut Criterion) {
             b.iter_batched(
                 || {
                     turn += 1;
-                    with(model, &tool_log(10_000 + turn, 40))
+                    let last = if tool_output {
+                        tool_log(10_000 + turn, 40)
+                    } else {
+                        format!("Question {turn}: what changed since the last release?")
+                    };
+                    with(model, &last)
                 },
                 |bytes| decide(&f.rt, bytes),
                 BatchSize::LargeInput,

@@ -184,9 +184,9 @@ impl Endpoint {
                     (approx, full, Seen::default())
                 }
                 Some(kv) => {
-                    let sub = inst.kv_feed();
+                    let sub = inst.kv_feed_now();
                     let trust = sub.as_ref().map(|s| s.feed.trust(now));
-                    match (sub, kv_keys) {
+                    match (sub.as_ref(), kv_keys) {
                         (Some(sub), Some(prompt)) if trust.is_some_and(Trust::is_live) => {
                             let w = TierWeights {
                                 cpu: kv.cpu_weight,
