@@ -117,7 +117,7 @@ endpoints:
 }
 
 fn fleet_yaml(n: usize, cache_tokens: usize) -> String {
-    let instances = common::instances_yaml(n, "");
+    let instances = common::instances_yaml(n, |_| String::new());
     format!(
         "endpoints:\n  - name: chat\n    models: [\"m\"]\n    instances:\n{instances}    \
          routing: {{ strategy: longest_prefix, cache_tokens: {cache_tokens} }}\n"

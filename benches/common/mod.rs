@@ -27,16 +27,17 @@ pub fn conversation(bytes: usize) -> Vec<serde_json::Value> {
     messages
 }
 
-/// The YAML `instances:` lines of `n` instances, each line's mapping
-/// completed by `extra` (e.g. `, kv_events: "tcp://…"`).
-pub fn instances_yaml(n: usize, extra: &str) -> String {
+/// The YAML `instances:` lines of `n` instances, instance `i`'s mapping
+/// completed by `extra(i)` (e.g. `, kv_events: "tcp://…"`).
+pub fn instances_yaml(n: usize, extra: impl Fn(usize) -> String) -> String {
     (0..n)
         .map(|i| {
             format!(
-                "      - {{ url: \"http://10.{}.{}.{}:8000\"{extra} }}\n",
+                "      - {{ url: \"http://10.{}.{}.{}:8000\"{} }}\n",
                 i / 65_536,
                 i / 256 % 256,
-                i % 256
+                i % 256,
+                extra(i)
             )
         })
         .collect()
