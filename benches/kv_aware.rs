@@ -189,10 +189,13 @@ fn kv_aware_decision(c: &mut Criterion) {
 /// Engine blocks an instance holds at the default 384,000-token capacity.
 const FULL_BLOCKS: u64 = 384_000 / 16;
 
-/// Instances a publisher socket serves: one socket taking a thousand
-/// subscribers' handshakes at once on this 2-core machine left a fifth of
-/// them unconnected (production has one publisher an engine).
+/// Instances a publisher socket serves, and instances that join the fleet
+/// at a time: a thousand subscribers handshaking at once with one socket on
+/// this 2-core machine retried past their one-second connect timeout over
+/// and over, and a fifth never connected (production has one publisher an
+/// engine, and engines join a running gateway a few at a time).
 const SUBSCRIBERS_A_SOCKET: usize = 50;
+const JOINING: usize = 100;
 
 /// A kv_aware fleet: its runtime (whose instances follow `socks`) and the sockets.
 struct Fleet {
@@ -201,7 +204,9 @@ struct Fleet {
 }
 
 /// Endpoints of `n` kv_aware instances each, every instance subscribed to
-/// a PUB socket here and live (connected, caught up), indexes empty.
+/// a PUB socket here and live (connected, caught up), indexes empty: built
+/// as a reload adds instances, [`JOINING`] at a time, each batch live
+/// before the next joins (kept instances keep their subscriptions).
 /// `endpoints`: each one's model (and name) and `routing:` keys; those of
 /// `kv_aware` get the tokenizer and their instances the sockets.
 fn live_fleet(tokio: &tokio::runtime::Runtime, n: usize, endpoints: &[(&str, &str)]) -> Fleet {
@@ -213,26 +218,46 @@ fn live_fleet(tokio: &tokio::runtime::Runtime, n: usize, endpoints: &[(&str, &st
         urls.push(url.to_string());
         socks.push(sock);
     }
-    let mut yaml = String::from("endpoints:\n");
-    for (model, routing) in endpoints {
-        let (instances, routing) = if routing.contains("kv_aware") {
-            (
-                common::instances_yaml(n, |i| {
-                    format!(", kv_events: \"{}\"", urls[i / SUBSCRIBERS_A_SOCKET])
-                }),
-                format!("{routing}, tokenizer: \"{TOKENIZER}\""),
-            )
-        } else {
-            (
-                common::instances_yaml(n, |_| String::new()),
-                (*routing).to_owned(),
-            )
-        };
-        yaml += &format!(
-            "  - name: {model}\n    models: [\"{model}\"]\n    instances:\n{instances}    routing: {{ {routing} }}\n"
-        );
+    let yaml = |n: usize| {
+        let mut yaml = String::from("endpoints:\n");
+        for (model, routing) in endpoints {
+            let (instances, routing) = if routing.contains("kv_aware") {
+                (
+                    common::instances_yaml(n, |i| {
+                        format!(", kv_events: \"{}\"", urls[i / SUBSCRIBERS_A_SOCKET])
+                    }),
+                    format!("{routing}, tokenizer: \"{TOKENIZER}\""),
+                )
+            } else {
+                (
+                    common::instances_yaml(n, |_| String::new()),
+                    (*routing).to_owned(),
+                )
+            };
+            yaml += &format!(
+                "  - name: {model}\n    models: [\"{model}\"]\n    instances:\n{instances}    routing: {{ {routing} }}\n"
+            );
+        }
+        yaml
+    };
+    let mut rt: Option<kvgate::Runtime> = None;
+    let mut m = 0;
+    while m < n {
+        m = (m + JOINING).min(n);
+        let next =
+            kvgate::Runtime::build(kvgate::Config::from_yaml(&yaml(m)).unwrap(), rt.as_ref())
+                .unwrap();
+        wait_live(tokio, &next);
+        rt = Some(next);
     }
-    let rt = kvgate::Runtime::build(kvgate::Config::from_yaml(&yaml).unwrap(), None).unwrap();
+    Fleet {
+        rt: rt.unwrap(),
+        _socks: socks,
+    }
+}
+
+/// Until every subscription of `rt` is live (at most 3 minutes).
+fn wait_live(tokio: &tokio::runtime::Runtime, rt: &kvgate::Runtime) {
     let started = std::time::Instant::now();
     tokio.block_on(async {
         loop {
@@ -255,7 +280,6 @@ fn live_fleet(tokio: &tokio::runtime::Runtime, n: usize, endpoints: &[(&str, &st
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
-    Fleet { rt, _socks: socks }
 }
 
 /// Fill instance `i` to [`FULL_BLOCKS`], as its engine's events would: the
