@@ -3,7 +3,9 @@
 //! (parse, validate, window, key, plan) for chat bodies of 4 KiB to 1 MiB, and
 //! the whole `longest_prefix` decision (that, plus the block chain, an index
 //! lookup on every instance and the dispatch's insert) for a 64 KiB body on 7
-//! and 64 instances whose indexes hold 100,000 chains. A counting allocator
+//! and 64 instances whose indexes hold 100,000 chains, and (issue 31) for a
+//! 16 KiB body on 7 to 1,000 instances whose indexes are full at the default
+//! capacity. A counting allocator
 //! measures the index's real bytes per entry and prints it.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark setup")]
 
@@ -115,15 +117,7 @@ endpoints:
 }
 
 fn fleet_yaml(n: usize, cache_tokens: usize) -> String {
-    let instances: String = (0..n)
-        .map(|i| {
-            format!(
-                "      - url: \"http://10.0.{}.{}:8000\"\n",
-                i / 256,
-                i % 256
-            )
-        })
-        .collect();
+    let instances = common::instances_yaml(n, |_| String::new());
     format!(
         "endpoints:\n  - name: chat\n    models: [\"m\"]\n    instances:\n{instances}    \
          routing: {{ strategy: longest_prefix, cache_tokens: {cache_tokens} }}\n"
@@ -176,6 +170,95 @@ fn longest_prefix_decision(c: &mut Criterion) {
     g.finish();
 }
 
+/// The default KV capacity an instance is modelled with (`cache_tokens`).
+const CACHE_TOKENS: usize = 384_000;
+
+/// A fleet of `n` instances whose indexes are full at the default capacity
+/// (6,000 blocks of 256 characters each: conversations under shared system
+/// prompts, see `common::fill_index`), with `body`'s first half (its system
+/// prompt) on every 16th instance and its first three quarters on one holder.
+fn full_fleet(n: usize, headers: &HeaderMap, body: &Bytes) -> kvgate::Runtime {
+    let rt = kvgate::Runtime::build(
+        kvgate::Config::from_yaml(&fleet_yaml(n, CACHE_TOKENS)).unwrap(),
+        None,
+    )
+    .unwrap();
+    let chain = analyse(&rt, headers, body).input.chain;
+    let ep = &rt.endpoints[0];
+    for (i, inst) in ep.instances.iter().enumerate() {
+        common::fill_index(&inst.index, i as u64);
+        assert!(inst.index.is_full(), "instance {i} filled");
+    }
+    for inst in ep.instances.iter().skip(5).step_by(16) {
+        inst.index.insert(&chain[..chain.len() / 2]);
+    }
+    ep.instances[n * 3 / 7]
+        .index
+        .insert(&chain[..chain.len() * 3 / 4]);
+    rt
+}
+
+/// Issue 31: the whole `longest_prefix` decision for a 16 KiB chat body on
+/// 7 to 1,000 instances with full indexes (see [`full_fleet`]), as
+/// `longest_prefix_decision` measures it: analyse, a lookup in every
+/// instance's index, the plan, the winner's insert. Each fleet is built only
+/// when its case runs (a filter skips the others' setup) and dropped after.
+fn longest_prefix_at_scale(c: &mut Criterion) {
+    let body = Bytes::from(chat_body(16 << 10));
+    let headers = HeaderMap::new();
+    let mut g = c.benchmark_group("longest_prefix_decision_16KiB");
+    for n in common::FLEETS {
+        let mut fleet: Option<kvgate::Runtime> = None;
+        g.bench_function(BenchmarkId::from_parameter(format!("{n}_instances")), |b| {
+            let rt = fleet.get_or_insert_with(|| full_fleet(n, &headers, &body));
+            let a = analyse(rt, &headers, &body);
+            let (loads, _) = a.input.view();
+            let plan = a
+                .input
+                .endpoint
+                .policy
+                .plan(&a.input.routing_request(), &loads);
+            assert_eq!(plan.reason, routing::Reason::CacheHit, "the holder leads");
+            b.iter(|| {
+                let a = analyse(rt, &headers, &body);
+                let ep = &a.input.endpoint;
+                let (loads, _) = a.input.view();
+                let req = a.input.routing_request();
+                let plan = ep.policy.plan(&req, &loads);
+                let chosen = &ep.instances[plan.order[0]];
+                black_box(chosen.index.insert(&a.input.chain))
+            })
+        });
+    }
+    g.finish();
+}
+
+/// Where [`longest_prefix_at_scale`]'s time goes at 1,000 instances: each
+/// step of the decision alone, on the same full fleet.
+fn longest_prefix_parts(c: &mut Criterion) {
+    let body = Bytes::from(chat_body(16 << 10));
+    let headers = HeaderMap::new();
+    let mut fleet: Option<kvgate::Runtime> = None;
+    let mut g = c.benchmark_group("longest_prefix_parts_16KiB_1000_instances");
+    for part in ["analyse", "view", "plan", "insert"] {
+        g.bench_function(part, |b| {
+            let rt = fleet.get_or_insert_with(|| full_fleet(1000, &headers, &body));
+            let a = analyse(rt, &headers, &body);
+            let ep = &a.input.endpoint;
+            let (loads, _) = a.input.view();
+            let req = a.input.routing_request();
+            let first = ep.policy.plan(&req, &loads).order[0];
+            match part {
+                "analyse" => b.iter(|| analyse(rt, &headers, &body)),
+                "view" => b.iter(|| a.input.view()),
+                "plan" => b.iter(|| ep.policy.plan(black_box(&req), &loads)),
+                _ => b.iter(|| ep.instances[first].index.insert(&a.input.chain)),
+            }
+        });
+    }
+    g.finish();
+}
+
 /// Real heap bytes per index entry (printed; `routing::index::ENTRY_BYTES` is the estimate).
 fn index_memory(_c: &mut Criterion) {
     let entries = 1_000_000usize;
@@ -202,6 +285,8 @@ criterion_group!(
     placement,
     decision,
     longest_prefix_decision,
+    longest_prefix_at_scale,
+    longest_prefix_parts,
     index_memory
 );
 criterion_main!(benches);

@@ -161,6 +161,7 @@ impl Endpoint {
             .as_ref()
             .filter(|_| routing.strategy.uses_events());
         let now = std::time::Instant::now();
+        let now_ms = super::instance::now_ms();
         let shared: Option<&Feed> = self
             .shared_tier
             .as_deref()
@@ -168,19 +169,24 @@ impl Endpoint {
             .filter(|f| f.trust(now).is_live());
         let mut loads = Vec::with_capacity(self.instances.len());
         let mut seen = Vec::with_capacity(self.instances.len());
-        for inst in &self.instances {
-            // One look under the index's lock: the match, and whether it is full.
-            let (approx, mut full) = if lookup {
+        // One look under an index's lock: the match, and how full it is.
+        let approx = |inst: &Instance| {
+            if lookup {
                 inst.index.lookup(chain)
             } else {
                 (0, 0)
-            };
-            let (matched, s) = match kv {
-                None => (approx, Seen::default()),
+            }
+        };
+        for inst in &self.instances {
+            let (matched, full, s) = match kv {
+                None => {
+                    let (approx, full) = approx(inst);
+                    (approx, full, Seen::default())
+                }
                 Some(kv) => {
-                    let sub = inst.kv_feed();
+                    let sub = inst.kv_feed_now();
                     let trust = sub.as_ref().map(|s| s.feed.trust(now));
-                    match (sub, kv_keys) {
+                    match (sub.as_ref(), kv_keys) {
                         (Some(sub), Some(prompt)) if trust.is_some_and(Trust::is_live) => {
                             let w = TierWeights {
                                 cpu: kv.cpu_weight,
@@ -191,23 +197,26 @@ impl Endpoint {
                             let cap = inst.index.capacity()
                                 * routing::cost::block_tokens(routing.block_chars);
                             let stored = sub.feed.held_blocks() * kv.block_size;
-                            full = routing::cost::fill(stored, cap);
+                            let full = routing::cost::fill(stored, cap);
                             let s = Seen {
                                 trust,
                                 from_events: true,
                                 held_blocks: held.blocks,
                                 gpu_blocks: held.gpu_blocks,
                             };
-                            (held.weighted.floor() as usize, s)
+                            (held.weighted.floor() as usize, full, s)
                         }
+                        // Events not live: the approximate index, looked up
+                        // only here (its figures are not used beside events).
                         _ => {
+                            let (approx, full) = approx(inst);
                             let tokens =
                                 approx * self.density.block_tokens(routing.block_chars) as usize;
                             let s = Seen {
                                 trust,
                                 ..Seen::default()
                             };
-                            (tokens / kv.block_size.max(1), s)
+                            (tokens / kv.block_size.max(1), full, s)
                         }
                     }
                 }
@@ -215,7 +224,7 @@ impl Endpoint {
             loads.push(Load {
                 matched_blocks: matched,
                 cache_fill: full,
-                ..inst.load()
+                ..inst.load_at(now_ms)
             });
             seen.push(s);
         }

@@ -131,7 +131,8 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-fn now_ms() -> u64 {
+/// Milliseconds on the instances' clock: what [`Instance::load_at`] takes.
+pub fn now_ms() -> u64 {
     u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -228,16 +229,28 @@ impl Instance {
         self.kv.load_full()
     }
 
+    /// [`Self::kv_feed`] for a moment's look (a request's view): no
+    /// reference count touched, so a view of 1,000 instances writes to none
+    /// of their cache lines for it.
+    pub fn kv_feed_now(&self) -> arc_swap::Guard<Option<Arc<Subscription>>> {
+        self.kv.load()
+    }
+
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
     }
 
     /// Healthy, not cooling down, not warming, not draining.
     pub fn available(&self) -> bool {
+        self.available_at(now_ms())
+    }
+
+    /// [`Self::available`] at `now` ([`now_ms`]).
+    fn available_at(&self, now: u64) -> bool {
         !self.warming.load(Ordering::Relaxed)
             && !self.draining.load(Ordering::Relaxed)
             && self.healthy.load(Ordering::Relaxed)
-            && self.cooldown_until.load(Ordering::Relaxed) <= now_ms()
+            && self.cooldown_until.load(Ordering::Relaxed) <= now
     }
 
     /// Drained (by an operator): it takes no new request at all, not even as
@@ -294,13 +307,19 @@ impl Instance {
     /// running and waiting, plus what this replica sent there since
     /// ([`super::engine_load::EngineLoad::in_flight_since_reading`]).
     pub fn load(&self) -> Load {
-        let now = now_ms();
+        self.load_at(now_ms())
+    }
+
+    /// [`Self::load`] at `now` ([`now_ms`]): a view of a whole fleet reads
+    /// the clock once, not once an instance (a thousand clock reads are tens
+    /// of microseconds).
+    pub fn load_at(&self, now: u64) -> Load {
         let mut fleet = self.own_figures_at(now);
         fleet.add(&self.peer.get());
         let engine = self.engine.in_flight_since_reading(now).unwrap_or(0);
         Load {
             in_flight: usize::try_from(fleet.in_flight.max(engine)).unwrap_or(usize::MAX),
-            available: self.available(),
+            available: self.available_at(now),
             queued_prefill: fleet.queued_prefill,
             recent_work: fleet.recent_work,
             overhead_tokens: self.pace.overhead_tokens(),

@@ -231,7 +231,11 @@ impl Feed {
             .get()
             .is_some_and(|t| now.saturating_duration_since(t) > silence);
         let age = t.last_batch.get().map(|t| now.saturating_duration_since(t));
-        if self.was_silent.swap(silent, Ordering::Relaxed) != silent {
+        // Read before swapping: a swap writes, and every request's view
+        // calls this for every instance.
+        if self.was_silent.load(Ordering::Relaxed) != silent
+            && self.was_silent.swap(silent, Ordering::Relaxed) != silent
+        {
             if silent {
                 tracing::warn!(endpoint = %self.labels.0, instance = %self.labels.1, events = %self.events_url, silence = ?silence, "KV events went silent after requests that must store blocks; approximate index until they resume");
             } else {

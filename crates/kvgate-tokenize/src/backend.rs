@@ -18,7 +18,7 @@ use aho_corasick::{AhoCorasick, MatchKind};
 use tiktoken_rs::CoreBPE;
 
 use crate::Tokens;
-use crate::cache::{MIN_CACHED_LEN, SegmentCache};
+use crate::cache::SegmentCache;
 
 const CACHE_ENTRIES: NonZeroUsize = match NonZeroUsize::new(4096) {
     Some(n) => n,
@@ -102,9 +102,6 @@ impl Backend {
     fn push_segment(&self, out: &mut Tokens, segment: &str, limit: usize) -> Result<bool, String> {
         if segment.is_empty() {
             return Ok(false);
-        }
-        if segment.len() < MIN_CACHED_LEN {
-            return Ok(out.push(&self.encode_segment(segment)?, limit));
         }
         let key = SegmentCache::key(segment);
         let ids = match self.cache.get(key) {
