@@ -160,12 +160,14 @@ impl RoutingConfig {
         }
     }
 
-    /// Index capacity, in blocks, of an instance holding `cache_tokens`.
-    pub fn index_blocks(&self, cache_tokens: usize) -> usize {
+    /// Index capacity, in blocks, of an instance holding `cache_tokens`,
+    /// each block standing for `block_tokens` of the engine's tokens (the
+    /// endpoint's tokens a character × `block_chars`: learned, or the guess).
+    pub fn index_blocks(&self, cache_tokens: usize, block_tokens: u64) -> usize {
         if !self.strategy.uses_index() {
             return 0;
         }
-        (cache_tokens / kvgate_routing::cost::block_tokens(self.block_chars)).max(1)
+        (cache_tokens / usize::try_from(block_tokens.max(1)).unwrap_or(usize::MAX)).max(1)
     }
 }
 

@@ -97,7 +97,7 @@ fn cache(ep: &Endpoint, i: &Instance, c: &crate::config::InstanceConfig) -> Valu
     let (held, from) = match i.kv_feed() {
         Some(sub) => (sub.feed.held_blocks() * sub.feed.block_size, "kv_events"),
         None if routing.strategy.uses_index() => (
-            i.index.len() * kvgate_routing::cost::block_tokens(routing.block_chars),
+            i.index.len() * ep.index_block_tokens() as usize,
             "gateway_index",
         ),
         None => {

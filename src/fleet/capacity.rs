@@ -68,8 +68,10 @@ async fn learn(
             let routing = &rt
                 .endpoint(ep.name())
                 .map_or(&ep.config.routing, |e| &e.config.routing);
-            inst.index
-                .configure(routing.index_blocks(tokens), routing.block_chars);
+            inst.index.configure(
+                routing.index_blocks(tokens, ep.density.block_tokens(routing.block_chars)),
+                routing.block_chars,
+            );
             tracing::info!(endpoint = %ep.name(), instance = %inst.id, cache_tokens = tokens,
                 index_blocks = inst.index.capacity(), "learned the instance's KV capacity from vllm:cache_config_info");
         }

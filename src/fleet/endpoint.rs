@@ -4,6 +4,7 @@
 //! and viewed per request as the loads and matched blocks a policy weighs.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use kvgate_routing::held::TierWeights;
 use kvgate_routing::{self as routing, Load, Policy, PolicySpec};
@@ -32,6 +33,24 @@ pub struct Endpoint {
     /// Its engines' tokens a character, learned from their answers (kept
     /// across reloads; see `kvgate_routing::units`).
     pub density: Arc<kvgate_routing::units::Density>,
+    /// Engine tokens an index block stood for when the instances' indexes
+    /// were last sized ([`Endpoint::follow_density`]).
+    index_block_tokens: AtomicU64,
+}
+
+/// Size each instance's index for its capacity in tokens (learned where it
+/// learns it, else configured) at `block_tokens` a block.
+fn size_indexes(ec: &EndpointConfig, instances: &[Arc<Instance>], block_tokens: u64) {
+    for (inst, ic) in instances.iter().zip(&ec.instances) {
+        let learned = inst
+            .learned_cache_tokens()
+            .filter(|_| ic.learn_cache_tokens);
+        inst.index.configure(
+            ec.routing
+                .index_blocks(learned.unwrap_or(ic.cache_tokens), block_tokens),
+            ec.routing.block_chars,
+        );
+    }
 }
 
 /// Where one instance's matched blocks came from, for one request.
@@ -70,15 +89,9 @@ impl Endpoint {
             .collect();
         // Kept instances keep what they hold; a changed block size or
         // capacity is applied to their index (see BlockIndex::configure).
-        for (inst, ic) in instances.iter().zip(&ec.instances) {
-            let learned = inst
-                .learned_cache_tokens()
-                .filter(|_| ic.learn_cache_tokens);
-            inst.index.configure(
-                ec.routing.index_blocks(learned.unwrap_or(ic.cache_tokens)),
-                ec.routing.block_chars,
-            );
-        }
+        let density = old.map_or_else(Arc::default, |o| Arc::clone(&o.density));
+        let block_tokens = density.block_tokens(ec.routing.block_chars);
+        size_indexes(ec, &instances, block_tokens);
         let ids: Vec<String> = ec.instances.iter().map(|i| i.id.clone()).collect();
         let policy = routing::build(&PolicySpec {
             strategy: ec.routing.strategy,
@@ -112,7 +125,6 @@ impl Endpoint {
             }
         }
         let hot = old.map_or_else(Arc::default, |o| Arc::clone(&o.hot));
-        let density = old.map_or_else(Arc::default, |o| Arc::clone(&o.density));
         let queue = old.map_or_else(
             || crate::fleet::queue::FairQueue::new(&ec.name),
             |o| Arc::clone(&o.queue),
@@ -140,8 +152,38 @@ impl Endpoint {
             hot,
             queue,
             density,
+            index_block_tokens: AtomicU64::new(block_tokens),
         });
         (ep, joined)
+    }
+
+    /// Resize every instance's index when the tokens a block stands for
+    /// moved by more than an eighth since they were sized: a capacity
+    /// learned in tokens holds that many more (or fewer) blocks of text
+    /// denser (or sparser) than the guess. Without it, text at 7
+    /// characters a token (real vLLM's cell) kept an index of 4/7 of what
+    /// each engine held, so documents the engines still cached fell out of
+    /// it and were placed again as cold.
+    fn follow_density(&self) {
+        let now = self.density.block_tokens(self.config.routing.block_chars);
+        let sized = self.index_block_tokens.load(Ordering::Relaxed);
+        if now.abs_diff(sized).saturating_mul(8) <= sized {
+            return;
+        }
+        if self
+            .index_block_tokens
+            .compare_exchange(sized, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            size_indexes(&self.config, &self.instances, now);
+            tracing::info!(endpoint = %self.name(), block_tokens = now,
+                "the engines' tokens a character moved the index's block value; indexes resized");
+        }
+    }
+
+    /// The tokens an index block stands for where the indexes were sized.
+    pub fn index_block_tokens(&self) -> u64 {
+        self.index_block_tokens.load(Ordering::Relaxed)
     }
 
     pub fn name(&self) -> &str {
@@ -156,6 +198,9 @@ impl Endpoint {
     pub fn view(&self, chain: &[u64], kv_keys: Option<&[u64]>) -> (Vec<Load>, Vec<Seen>) {
         let routing = &self.config.routing;
         let lookup = routing.strategy.uses_index() && !chain.is_empty();
+        if lookup {
+            self.follow_density();
+        }
         let kv = routing
             .kv
             .as_ref()
@@ -194,8 +239,7 @@ impl Endpoint {
                             };
                             let held = sub.feed.matched(prompt, shared, w);
                             // Full as the engine's own events count it.
-                            let cap = inst.index.capacity()
-                                * routing::cost::block_tokens(routing.block_chars);
+                            let cap = inst.index.capacity() * self.index_block_tokens() as usize;
                             let stored = sub.feed.held_blocks() * kv.block_size;
                             let full = routing::cost::fill(stored, cap);
                             let s = Seen {

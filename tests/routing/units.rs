@@ -5,7 +5,8 @@
 //! `explain` shows it and what it rests on, an answer with absurd usage does
 //! not move it, and a decision the 4-characters guess gets wrong follows:
 //! a holder with two requests queued keeps a 2,000-character prompt that the
-//! guess, counting it as 500 tokens, sent to recompute elsewhere.
+//! guess, counting it as 500 tokens, sent to recompute elsewhere, and the
+//! index holds half the blocks the guess sized it for.
 
 use super::cache_aware::{explain, ids, text, upstreams, yaml};
 use crate::common::*;
@@ -46,6 +47,9 @@ async fn the_gateway_learns_two_characters_a_token_and_routes_by_it() {
     );
     let guessed = v["prompt_tokens_estimate"].as_u64().unwrap();
     assert!((495..=505).contains(&guessed), "{v}");
+    let capacity =
+        |v: &Value| super::cache_aware::num(v, &ups[0].state.name, "index_capacity_blocks");
+    let guessed_capacity = capacity(&v);
 
     // The document lands on a holder; two more requests for it queue there.
     assert_eq!(send(&gw, &doc).await.status(), 200);
@@ -94,6 +98,9 @@ async fn the_gateway_learns_two_characters_a_token_and_routes_by_it() {
     assert!((0.49..=0.51).contains(&ratio), "{v}");
     let learned = v["prompt_tokens_estimate"].as_u64().unwrap();
     assert!((990..=1010).contains(&learned), "{v}");
+    // The same cache in tokens holds half as many blocks of text this
+    // dense: the index shrinks to what the engine really holds.
+    assert_eq!(capacity(&v), guessed_capacity / 2, "{v}");
     // As 1,000 tokens, the holder's queue is worth waiting for.
     assert_eq!(v["reason"], "cache_hit", "{v}");
     assert_eq!(v["chosen"], holder.as_str(), "{v}");
