@@ -34,6 +34,7 @@ Needs python3 with `openai` (tests/sdk/requirements.txt), cargo, and
 """
 import argparse
 import datetime
+import json
 import os
 import platform
 import random
@@ -52,6 +53,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from openai import OpenAI
 
+# For `/admin/explain`, which shows what the gateway learned of each engine.
+ADMIN_TOKEN = "vllm-bench-admin-token-0123456789abcdef"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = (
     "river signal copper lantern harvest orbit granite velvet compass meadow thunder cipher harbor "
@@ -136,7 +139,7 @@ def gateway_yaml(strategy, port, env, prefix_length):
         kv = f', kv_events: "{events[i]}", kv_replay: "{replay[i]}"' if strategy == "kv_aware" else ""
         lines.append(f'      - {{ id: e{i}, url: "{u}"{kv} }}\n')
     yaml = (
-        f'server:\n  listen: "127.0.0.1:{port}"\nendpoints:\n  - name: vllm\n'
+        f'server:\n  listen: "127.0.0.1:{port}"\nadmin:\n  token: "{ADMIN_TOKEN}"\nendpoints:\n  - name: vllm\n'
         f'    models: ["{env["KVGATE_VLLM_SERVED_MODEL"]}"]\n    instances:\n{"".join(lines)}'
         f"    routing:\n      strategy: {strategy}\n"
         # The window must end inside the document, or prefix_aware keys each
@@ -151,6 +154,97 @@ def gateway_yaml(strategy, port, env, prefix_length):
     return yaml
 
 
+def messages(docs, k, q):
+    return [
+        {"role": "system", "content": docs[k]},
+        {"role": "user", "content": f"Question {q}: in one sentence, what does item {q} say?"},
+    ]
+
+
+def explain(base, msgs, model):
+    """What the gateway learned of the engines, from `/admin/explain`: its
+    tokens a character and prompt-token estimate for `msgs`, and each
+    instance's pace. None where it has nothing to show (or will not say)."""
+    body = json.dumps({"model": model, "messages": msgs, "max_tokens": 1}).encode()
+    req = urllib.request.Request(base + "/admin/explain/v1/chat/completions", data=body, method="POST",
+                                 headers={"content-type": "application/json", "authorization": f"Bearer {ADMIN_TOKEN}"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            v = json.loads(r.read())
+    except (OSError, ValueError) as e:
+        log("explain failed:", repr(e))
+        return None
+    return {
+        "units": v.get("units"),
+        "estimate": v.get("prompt_tokens_estimate"),
+        "pace": {i.get("id"): i.get("pace") for i in v.get("instances", []) if isinstance(i, dict)},
+    }
+
+
+def gateway_counts(base):
+    """The gateway's routing decisions by outcome and instance, and
+    `kv_aware`'s fallbacks to the approximate index by reason, from its
+    /metrics: {"decisions e0 cache_hit": n, "fallback e1 silent": n, ...}."""
+    out = {}
+    try:
+        page = http("GET", base + "/metrics")[1]
+    except OSError:
+        return out
+    for line in page.splitlines():
+        name = line.partition("{")[0]
+        if name not in ("kvgate_routing_decisions_total", "kvgate_kv_fallback_total"):
+            continue
+        labels = dict(kv.split("=", 1) for kv in line[line.find("{") + 1: line.rfind("}")].split(",") if "=" in kv)
+        labels = {k: v.strip('"') for k, v in labels.items()}
+        what = labels.get("outcome") or labels.get("reason") or "?"
+        kind = "decisions" if name.startswith("kvgate_routing") else "fallback"
+        key = f"{kind} {labels.get('upstream', '?')} {what}"
+        try:
+            out[key] = out.get(key, 0) + int(float(line.rpartition(" ")[2]))
+        except ValueError:
+            pass
+    return out
+
+
+def engine_pace(url, model, args, nonce):
+    """The engine's own prefill rate and fixed latency, measured directly on
+    it while idle: streamed TTFT of cold prompts of three sizes (fresh text,
+    so nothing is cached), fitted by least squares as latency + tokens/rate.
+    The truth the gateway's learned pace is compared against."""
+    client = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    xs, ys, gaps = [], [], []
+    for rep in range(2):
+        for words in (40, 300, 900):
+            start = time.perf_counter()
+            first, usage, stamps = None, None, []
+            for chunk in client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": document(f"{nonce}-{rep}", words, words)}],
+                max_tokens=8, temperature=0, stream=True, stream_options={"include_usage": True},
+            ):
+                now = time.perf_counter()
+                if first is None:
+                    first = now - start
+                if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
+                    stamps.append(now)
+                if chunk.usage:
+                    usage = chunk.usage
+            gaps += [b - a for a, b in zip(stamps, stamps[1:])]
+            if usage and first:
+                cached = (usage.prompt_tokens_details.cached_tokens or 0) if usage.prompt_tokens_details else 0
+                xs.append(usage.prompt_tokens - cached)
+                ys.append(first)
+    if len(xs) < 3:
+        return None
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    if slope <= 0:
+        return None
+    step = statistics.median(gaps) if gaps else None
+    return {"tokens_per_s": 1.0 / slope, "latency_ms": (my - slope * mx) * 1e3,
+            "step_ms": step * 1e3 if step else None, "overhead_tokens": step / slope if step else None}
+
+
 def start_engines(args, env):
     """Stops any engines of this script and starts two fresh ones; their
     addresses go into `env`."""
@@ -160,6 +254,7 @@ def start_engines(args, env):
 
 
 def run_pass(strategy, args, env, workdir, order, docs, rnd, cold):
+    learned, decisions = None, {}
     if cold:
         start_engines(args, env)
     urls = env["KVGATE_VLLM_URLS"].split(",")
@@ -202,10 +297,7 @@ def run_pass(strategy, args, env, workdir, order, docs, rnd, cold):
             try:
                 for chunk in local.client.chat.completions.create(
                     model=model,
-                    messages=[
-                        {"role": "system", "content": docs[k]},
-                        {"role": "user", "content": f"Question {q}: in one sentence, what does item {q} say?"},
-                    ],
+                    messages=messages(docs, k, q),
                     max_tokens=args.max_tokens,
                     temperature=0,
                     stream=True,
@@ -228,13 +320,21 @@ def run_pass(strategy, args, env, workdir, order, docs, rnd, cold):
         with ThreadPoolExecutor(args.clients) as pool:
             results = list(pool.map(one, order))
         wall = time.perf_counter() - t0
+        k, q = order[-1]
+        learned = explain(base, messages(docs, k, q), model)
+        decisions = gateway_counts(base)
+        last = results[-1]
+        if learned is not None and "error" not in last:
+            learned["truth_prompt_tokens"] = last["prompt_tokens"]
     finally:
         os.killpg(gw.pid, signal.SIGTERM)
         gw.wait()
     after = [metrics(u) for u in urls]
+    truth = [engine_pace(u, model, args, f"{rnd}-{strategy}-{i}") for i, u in enumerate(urls)] if args.pace_truth else []
     prompt_by_engine = [a.get("vllm:prompt_tokens_total", 0) - b.get("vllm:prompt_tokens_total", 0) for a, b in zip(after, before)]
     return {"strategy": strategy, "round": rnd, "cold": cold, "results": results, "wall": wall,
-            "per_engine": prompt_by_engine}
+            "per_engine": prompt_by_engine, "learned": learned, "truth": truth,
+            "decisions": decisions}
 
 
 def summarise(runs):
@@ -270,6 +370,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "bench/results/vllm.md"))
     ap.add_argument("--prefix-length", type=int, default=1024, help="routing.prefix_length (characters; kvgate's minimum)")
     ap.add_argument("--skip-build", action="store_true", help="use target/release/kvgate as it is")
+    ap.add_argument("--no-pace-truth", dest="pace_truth", action="store_false",
+                    help="skip measuring each engine's prefill rate directly after every pass")
     ap.add_argument("--no-cold-first-round", action="store_true",
                     help="start the engines once; every pass on warm engines with emptied caches")
     args = ap.parse_args()
@@ -339,6 +441,66 @@ def table(runs, strategies):
     return lines
 
 
+def learned_table(runs):
+    """What each pass's gateway had learned of the engines at its end, beside
+    the truth: the engine's prompt_tokens for the pass's last request against
+    the gateway's estimate of it, and each engine's prefill rate and fixed
+    latency measured directly on it after the pass (`engine_pace`)."""
+    lines = [
+        "## What the gateway learned, against the engines' truth",
+        "",
+        "At the end of each pass, from `/admin/explain` for the pass's last request: the tokens a character in use "
+        "(and the answers it rests on; 8 make it learned), the prompt-token estimate it gives against the engine's own "
+        "`usage.prompt_tokens` for that request, and each instance's pace (learned after 16 streamed answers with "
+        "queues that vary, else the 256-token guess). *Truth*: each engine's prefill rate and latency fitted from "
+        "cold prompts of three sizes sent straight to it while idle, after the pass (the latency intercept is within "
+        "this loaded machine's noise), its step as the median gap between streamed tokens, and so the overhead a "
+        "queued request costs in prefill tokens, step × rate. `kv_aware` tokenizes the prompt "
+        "with the model's tokenizer, so its estimate does not rest on the learned ratio.",
+        "",
+        "| round | strategy | tokens/char (answers) | estimate vs engine | instance | pace source (answers) | learned rate tok/s | overhead tok | step ms | latency ms | truth rate tok/s | truth latency ms | truth step ms | truth overhead tok |",
+        "| ---: | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    fmt = lambda v, f="{:.0f}": "–" if v is None else f.format(v)  # noqa: E731
+    for r in runs:
+        l = r.get("learned")
+        if not l:
+            continue
+        u = l.get("units") or {}
+        units = f"{fmt(u.get('tokens_per_char'), '{:.3f}')} ({u.get('answers', '–')})"
+        est = f"{fmt(l.get('estimate'))} vs {fmt(l.get('truth_prompt_tokens'))}"
+        truth = r.get("truth") or []
+        for n, (iid, p) in enumerate(sorted((l.get("pace") or {}).items())):
+            p = p or {}
+            t = truth[n] if n < len(truth) and truth[n] else {}
+            src = "learned" if str(p.get("source", "")).startswith("learned") else "guess"
+            lines.append(
+                f"| {r['round']}{' (fresh)' if r['cold'] else ''} | {r['strategy']} | {units if n == 0 else ''} | "
+                f"{est if n == 0 else ''} | {iid} | {src} ({p.get('answers', '–')}) | {fmt(p.get('tokens_per_s'))} | "
+                f"{fmt(p.get('overhead_tokens'))} | {fmt(p.get('step_ms'), '{:.1f}')} | {fmt(p.get('latency_ms'))} | "
+                f"{fmt(t.get('tokens_per_s'))} | {fmt(t.get('latency_ms'))} | {fmt(t.get('step_ms'), '{:.1f}')} | "
+                f"{fmt(t.get('overhead_tokens'))} |"
+            )
+    return lines
+
+
+def decisions_table(runs):
+    """Each pass's routing decisions by outcome and instance, as its gateway
+    counted them (`kvgate_routing_decisions_total`), and `kv_aware`'s
+    fallbacks to the approximate index (`kvgate_kv_fallback_total`)."""
+    lines = ["## The gateway's decisions in each pass", "",
+             "From each pass's gateway `/metrics` at its end: `kvgate_routing_decisions_total` by instance and outcome "
+             "(cache_hit: the instance holding the longest prefix; cache_spread: another; cold: nobody held any; "
+             "affinity / overflow: hashing), and `kv_aware`'s `kvgate_kv_fallback_total` (an instance looked up in the "
+             "approximate index instead of its events), by instance and reason.", "",
+             "| round | strategy | decisions and fallbacks |", "| ---: | --- | --- |"]
+    for r in runs:
+        d = r.get("decisions") or {}
+        lines.append(f"| {r['round']}{' (fresh)' if r['cold'] else ''} | {r['strategy']} | "
+                     + (", ".join(f"{k}: {v}" for k, v in sorted(d.items())) or "–") + " |")
+    return lines
+
+
 def report(args, runs, strategies, started):
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -369,7 +531,7 @@ def report(args, runs, strategies, started):
         lines += ["## First pass after the engines start", ""] + table(cold, strategies) + [""]
     if warm:
         lines += [f"## Warm engines ({'rounds 2–' + str(args.rounds) if cold else 'every round'})", ""] + table(warm, strategies) + [""]
-    lines += ["## All passes", ""] + table(runs, strategies)
+    lines += ["## All passes", ""] + table(runs, strategies) + [""] + learned_table(runs) + [""] + decisions_table(runs)
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     log("wrote", args.out)

@@ -100,7 +100,8 @@ pub fn explain(rt: &Runtime, d: &Decision) -> Value {
                 "available": l.available,
                 "queued_prefill_tokens": l.queued_prefill,
                 "matched_blocks": l.matched_blocks,
-                "cache_full": l.cache_full,
+                "cache_full": l.cache_full(),
+                "cache_fill": f64::from(l.cache_fill) / 1000.0,
             });
             if let Some(c) = costs.as_ref().and_then(|c| c.get(n)) {
                 row["cached_tokens_estimate"] = json!(c.cached_tokens);

@@ -169,19 +169,19 @@ impl Endpoint {
             .filter(|f| f.trust(now).is_live());
         let mut loads = Vec::with_capacity(self.instances.len());
         let mut seen = Vec::with_capacity(self.instances.len());
-        // One look under an index's lock: the match, and whether it is full.
+        // One look under an index's lock: the match, and how full it is.
         let approx = |inst: &Instance| {
             if lookup {
                 inst.index.lookup(chain)
             } else {
-                (0, false)
+                (0, 0)
             }
         };
         for inst in &self.instances {
-            let (matched, full, s) = match kv {
+            let (matched, fill, s) = match kv {
                 None => {
-                    let (approx, full) = approx(inst);
-                    (approx, full, Seen::default())
+                    let (approx, fill) = approx(inst);
+                    (approx, fill, Seen::default())
                 }
                 Some(kv) => {
                     let sub = inst.kv_feed_now();
@@ -197,33 +197,33 @@ impl Endpoint {
                             let cap = inst.index.capacity()
                                 * routing::cost::block_tokens(routing.block_chars);
                             let stored = sub.feed.held_blocks() * kv.block_size;
-                            let full = routing::cost::fills(stored, cap);
+                            let fill = routing::cost::fill(stored, cap);
                             let s = Seen {
                                 trust,
                                 from_events: true,
                                 held_blocks: held.blocks,
                                 gpu_blocks: held.gpu_blocks,
                             };
-                            (held.weighted.floor() as usize, full, s)
+                            (held.weighted.floor() as usize, fill, s)
                         }
                         // Events not live: the approximate index, looked up
                         // only here (its figures are not used beside events).
                         _ => {
-                            let (approx, full) = approx(inst);
+                            let (approx, fill) = approx(inst);
                             let tokens =
                                 approx * self.density.block_tokens(routing.block_chars) as usize;
                             let s = Seen {
                                 trust,
                                 ..Seen::default()
                             };
-                            (tokens / kv.block_size.max(1), full, s)
+                            (tokens / kv.block_size.max(1), fill, s)
                         }
                     }
                 }
             };
             loads.push(Load {
                 matched_blocks: matched,
-                cache_full: full,
+                cache_fill: fill,
                 ..inst.load_at(now_ms)
             });
             seen.push(s);

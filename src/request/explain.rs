@@ -216,7 +216,8 @@ fn instances_view(
                 v["queued_prefill_tokens"] = json!(l.queued_prefill);
                 v["queued_tokens"] = json!(c.queued_tokens);
                 // A copy into a full cache evicts as much as it must prefill.
-                v["cache_full"] = json!(l.cache_full);
+                v["cache_full"] = json!(l.cache_full());
+                v["cache_fill"] = json!(f64::from(l.cache_fill) / 1000.0);
                 v["displaced_tokens"] = json!(c.displaced_tokens);
                 v["duplicated_tokens"] = json!(c.duplicated_tokens);
                 v["recent_work_tokens"] = json!(l.recent_work);

@@ -115,6 +115,8 @@ async fn a_restarted_engine_is_known_empty_within_3s_of_coming_back_with_nothing
     })
     .await;
     let took = back.elapsed();
+    // The recovery time, for `--nocapture` runs that quote it.
+    eprintln!("restarted e1 known empty from its events {took:?} after /health answered");
     let at_e1 = v["instances"]
         .as_array()
         .and_then(|a| a.iter().find(|i| i["id"] == "e1"))

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::client::{self, Outcome};
 use crate::conversation::{Conversation, streaming};
+use crate::density::Density;
 use crate::regime::Api;
 use crate::workload::{Content, Fork, Session, Turn};
 
@@ -66,6 +67,8 @@ pub struct Target {
     pub stream: bool,
     /// The API chat sessions speak.
     pub api: Api,
+    /// The text density; trace prompts, built here, are recoded to it.
+    pub density: Density,
 }
 
 impl Target {
@@ -172,7 +175,11 @@ async fn one(
     let outcome = client::send(&target.client, &url, body.clone(), chat, target.stream, api).await;
     let ok = outcome.error.is_none();
     if chat {
-        history.answer(&outcome.text);
+        // The engine answers in English-like words whatever the density; the
+        // history carries them at the cell's density, so a resent answer is
+        // as many tokens as at 4 (answers are never cached, so no sharing
+        // changes).
+        history.answer(&target.density.recode(&outcome.text));
     }
     records.push(Record {
         sent,
@@ -202,7 +209,7 @@ fn request(
         Content::Trace { hash_ids, tokens } => {
             let body = json!({
                 "model": target.model,
-                "prompt": trace_prompt(hash_ids, *tokens),
+                "prompt": target.density.recode(&trace_prompt(hash_ids, *tokens)),
                 "max_tokens": turn.max_tokens,
             });
             let body = streaming(body, target.stream);

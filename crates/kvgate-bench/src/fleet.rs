@@ -178,6 +178,20 @@ impl Fleet {
         );
     }
 
+    /// Bytes of canonical prompt a token, as the first in-process gateway
+    /// learned it from the engines' `usage` (`kvgate_routing::units`: it
+    /// calls them characters and counts UTF-8 bytes); `None` before it has
+    /// [`kvgate_routing::units::MIN_ANSWERS`] samples, or with the gateways
+    /// in processes of their own.
+    pub fn learned_bytes_per_token(&self) -> Option<f64> {
+        self.replicas.iter().find_map(|g| {
+            let Replica::Task(g) = g else { return None };
+            let rt = g.state.runtime.load_full();
+            let learned = rt.endpoint(&self.endpoint)?.density.learned()?;
+            (learned > 0.0).then(|| 1.0 / learned)
+        })
+    }
+
     /// Each instance's per-request latencies so far, in instance order.
     pub fn latencies(&self) -> Vec<Latencies> {
         self.sims.iter().map(|s| s.server.latencies()).collect()

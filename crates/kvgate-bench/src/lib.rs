@@ -37,6 +37,7 @@ pub mod chart;
 pub mod client;
 pub mod closed;
 pub mod conversation;
+pub mod density;
 pub mod driver;
 pub mod fairness;
 pub mod fleet;
@@ -86,6 +87,8 @@ pub struct WorkloadResult {
     pub max_partial_prefills: Option<usize>,
     pub instances: usize,
     pub regime: Regime,
+    /// Characters a token of the text sent (`--density`).
+    pub density: density::Density,
     pub runs: Vec<RunResult>,
 }
 
@@ -125,6 +128,16 @@ impl WorkloadResult {
     /// KV capacity of one instance, tokens.
     pub fn cache_tokens(&self) -> usize {
         self.cache_blocks.saturating_mul(self.block_size)
+    }
+
+    /// The workload's id, and its density when not the workloads' own 4
+    /// (`multi-turn`, `multi-turn at 2 chars/token`).
+    pub fn workload_label(&self) -> String {
+        if self.density.is_english() {
+            self.setup_id.clone()
+        } else {
+            format!("{} at {}", self.setup_id, self.density)
+        }
     }
 }
 
@@ -197,6 +210,7 @@ pub async fn bench_with(
         max_partial_prefills: setup.sim.max_partial_prefills,
         instances: setup.instances,
         regime: setup.regime,
+        density: setup.density,
         runs,
     })
 }

@@ -2,7 +2,8 @@
 //! `routing.svg` into `--out`, or with `--replicas` other than 1, `replicas.md`;
 //! with `--matrix`, the regime matrix's `matrix.md` (`matrix-slice.md` when
 //! narrowed by `--workload`, `--arrivals`, `--stream`, `--capacity`, `--api` or
-//! `--strategies`; `matrix-quick.md` with `--quick`); with `--agents`, the
+//! `--strategies`; `matrix-quick.md` with `--quick`; `matrix-density.md` when
+//! `--density` names any density but 4); with `--agents`, the
 //! agent benchmark's `agents.md` (`agents-slice.md` when narrowed by `--api`
 //! or `--strategies`, `agents-quick.md` with `--quick`); `kvgate-loadbench
 //! fairness`: the fair-queueing benchmark's `fairness.md`.
@@ -11,6 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
+use kvgate_bench::density::Density;
 use kvgate_bench::matrix::{self, Options};
 use kvgate_bench::report;
 use kvgate_bench::{
@@ -87,6 +89,13 @@ struct Args {
     /// With `--matrix`, a list narrows it (default `learned,unknown`).
     #[arg(long, value_delimiter = ',')]
     capacity: Vec<String>,
+    /// With `--matrix`: text densities, characters a token (`4,2,1.3`; `4`,
+    /// the workloads' own English-like text, by default), one more dimension:
+    /// each workload's text recoded to it (code-like ASCII at 1.8 and above,
+    /// CJK below) and the simulated engines counting the bytes a token that
+    /// makes. Writes `matrix-density.md`.
+    #[arg(long, value_delimiter = ',')]
+    density: Vec<String>,
     /// Directory for routing.md and routing.svg.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
@@ -163,12 +172,19 @@ async fn main() -> anyhow::Result<()> {
         .iter()
         .map(|a| Api::parse(a).with_context(|| format!("--api {a:?}: openai or messages")))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let densities = Density::parse_list(&args.density)?;
     if args.matrix {
-        return run_matrix(&args, arrivals, capacities, apis).await;
+        return run_matrix(&args, arrivals, capacities, apis, densities).await;
     }
     if args.agents {
-        if !(arrivals.is_empty() && args.stream.is_empty() && capacities.is_empty()) {
-            anyhow::bail!("--agents runs open loop, streamed, capacity configured");
+        if !(arrivals.is_empty()
+            && args.stream.is_empty()
+            && capacities.is_empty()
+            && densities.is_empty())
+        {
+            anyhow::bail!(
+                "--agents runs open loop, streamed, capacity configured, at the workload's own density"
+            );
         }
         return run_agents(&args, apis).await;
     }
@@ -182,6 +198,10 @@ async fn main() -> anyhow::Result<()> {
         anyhow::bail!(
             "one --arrivals, --stream, --capacity and --api each without --matrix (--api may list several with --replicas)"
         );
+    }
+    if densities.iter().any(|d| !d.is_english()) {
+        // routing.md and replicas.md do not show a density: only the matrix runs one.
+        anyhow::bail!("--density other than 4 needs --matrix");
     }
     let mut regime = Regime::default();
     regime.arrivals = arrivals.first().copied().unwrap_or(regime.arrivals);
@@ -282,6 +302,7 @@ async fn run_matrix(
     arrivals: Vec<Arrivals>,
     capacities: Vec<Capacity>,
     apis: Vec<Api>,
+    densities: Vec<Density>,
 ) -> anyhow::Result<()> {
     let mut opts = Options::full(args.traces.clone(), args.out.join("matrix.md"));
     opts.quick = args.quick;
@@ -312,8 +333,14 @@ async fn run_matrix(
         opts.arms = parse_arms(&args.strategies)?;
         sliced = true;
     }
+    let dense = densities.iter().any(|d| !d.is_english());
+    if !densities.is_empty() {
+        opts.densities = densities;
+    }
     // Only the whole matrix at its real size writes `matrix.md`.
-    if sliced {
+    if dense {
+        opts.out = args.out.join("matrix-density.md");
+    } else if sliced {
         opts.out = args.out.join("matrix-slice.md");
     } else if args.quick {
         opts.out = args.out.join("matrix-quick.md");

@@ -71,6 +71,9 @@ pub struct RunResult {
     /// What the replicas' sharing cost Redis over the run (replicas as
     /// processes only).
     pub redis: Option<crate::redis_proc::Traffic>,
+    /// Bytes of prompt a token the gateway learned from the engines'
+    /// answers by the run's end (`None`: still on its 4-a-token guess).
+    pub learned_bytes_per_token: Option<f64>,
     /// The paths and bodies sent, in send order, when asked for.
     pub bodies: Vec<(&'static str, bytes::Bytes)>,
 }
@@ -145,6 +148,7 @@ pub async fn run(
         record_bodies,
         stream: setup.regime.stream,
         api: setup.regime.api,
+        density: setup.density,
     };
     let started = Instant::now();
     // Open loop: each session at its start time; closed: `clients` at a time.
@@ -177,6 +181,7 @@ pub async fn run(
         .map(|s| s.server.config().name.clone())
         .collect();
     attach_engine_times(&mut records, &names, &fleet.latencies());
+    let learned_bytes_per_token = fleet.learned_bytes_per_token();
     fleet.shutdown().await;
 
     records.sort_by_key(|r| r.sent);
@@ -249,6 +254,7 @@ pub async fn run(
         wall,
         peak_in_flight,
         redis,
+        learned_bytes_per_token,
         bodies: records.into_iter().filter_map(|r| r.body).collect(),
     })
 }

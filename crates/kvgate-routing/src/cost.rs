@@ -8,8 +8,9 @@
 //!                                           requests without a first byte yet of
 //!                                           (uncached tokens + overhead(i))
 //!         + running_weight(i) × in_flight(i) decode work sharing i's steps
-//!         + displaced(i)                    what a copy evicts: uncached(i) when i's
-//!                                           cache is full, else 0
+//!         + displaced(i)                    what a copy evicts, now or soon:
+//!                                           uncached(i) × the share of i's cache
+//!                                           in use (all of it when full)
 //!         + duplicated(i)                   prefill the fleet does only because of
 //!                                           this choice, while the fleet is busy:
 //!                                           (uncached(i) − least uncached anywhere)
@@ -33,9 +34,15 @@
 //! whatever that instance held least recently, and some later request pays to
 //! prefill those again. So while caches are full a prefix leaves its holder
 //! only when the holder's excess queue exceeds *twice* the recompute (the
-//! prefill now and the one it displaces); while a cache has room, copying is
-//! free and the model is the plain wait. A cold prefix costs the same on every
-//! full instance and goes where the queue is shortest.
+//! prefill now and the one it displaces); while a cache has room, a copy is
+//! charged the share of it in use: a cache half full will evict
+//! something for about half of what a copy adds before those blocks are
+//! reused, and small caches fill within a fleet's first minutes, so copies
+//! made early are what later evicts the documents each instance was kept
+//! for (issue 30: on two fresh vLLM engines of 80 blocks, copies made while
+//! the caches still had room took `kv_aware` to 43.8% of prompt tokens
+//! cached against hashing's 62.1%). A cold prefix costs the same on every
+//! instance equally full and goes where the queue is shortest.
 //!
 //! `duplicated` is the same argument for compute rather than cache: prefilling
 //! a prefix again on a second instance, when its holder would answer it from
@@ -95,7 +102,8 @@ pub struct Cost {
     pub uncached_tokens: u64,
     /// Prefill already waiting there, plus the decode charge of its in-flight requests.
     pub queued_tokens: u64,
-    /// Cached tokens of other prefixes a copy would evict (its cache is full).
+    /// Cached tokens of other prefixes a copy would evict, now (its cache
+    /// is full) or before it is reused (the share of its cache in use).
     pub displaced_tokens: u64,
     /// Prefill the fleet does only because of this choice, weighed by how
     /// busy the fleet is ([`Fleet`]).
@@ -153,7 +161,11 @@ impl CostModel {
         let queued = load
             .queued_prefill
             .saturating_add(running_weight(overhead(load)).saturating_mul(load.in_flight as u64));
-        let displaced = if load.cache_full { uncached } else { 0 };
+        let displaced = if load.cache_full() {
+            uncached
+        } else {
+            uncached.saturating_mul(u64::from(load.cache_fill)) / u64::from(FULL_SCALE)
+        };
         Cost {
             cached_tokens: prompt_tokens - uncached,
             uncached_tokens: uncached,
@@ -188,10 +200,25 @@ pub fn overhead(load: &Load) -> u64 {
     }
 }
 
+/// [`Load::cache_fill`]'s unit: thousandths of a cache.
+pub const FULL_SCALE: u16 = 1000;
+/// A cache at 95% of its capacity is full: whatever is added evicts something.
+pub const FULL: u16 = 950;
+
 /// Whether `held` fills `capacity` (95% of it, in any one unit), so that
 /// whatever is added evicts something: [`Load::cache_full`].
 pub fn fills(held: usize, capacity: usize) -> bool {
-    held.saturating_mul(20) >= capacity.saturating_mul(19)
+    fill(held, capacity) >= FULL
+}
+
+/// `held` over `capacity` in thousandths (any one unit), at most
+/// [`FULL_SCALE`]; an unknown (zero) capacity is empty.
+pub fn fill(held: usize, capacity: usize) -> u16 {
+    if capacity == 0 {
+        return 0;
+    }
+    let permille = (held as u128 * u128::from(FULL_SCALE)) / capacity as u128;
+    permille.min(u128::from(FULL_SCALE)) as u16
 }
 
 /// Tokens one index block of `block_chars` characters stands for (at least 1).
@@ -244,7 +271,7 @@ mod tests {
     fn a_copy_into_a_full_cache_pays_for_what_it_evicts() {
         let m = CostModel::for_block_chars(256);
         let mut full = load(10, 0, 0);
-        full.cache_full = true;
+        full.cache_fill = FULL;
         let c = m.cost(1000, &full);
         assert_eq!(
             (c.uncached_tokens, c.displaced_tokens, c.total),
@@ -253,8 +280,23 @@ mod tests {
         // A prompt held whole displaces nothing, full cache or not.
         full.matched_blocks = 16;
         assert_eq!(m.cost(1000, &full).total, 0);
-        // Room in the cache: a copy is free beyond its own prefill.
+        // An empty cache: a copy is free beyond its own prefill.
         assert_eq!(m.cost(1000, &load(0, 0, 0)).displaced_tokens, 0);
+        // Half full: half of what it adds will evict something.
+        let mut half = load(0, 0, 0);
+        half.cache_fill = fill(40, 80);
+        assert_eq!((half.cache_fill, half.cache_full()), (500, false));
+        assert_eq!(m.cost(1000, &half).displaced_tokens, 500);
+    }
+
+    #[test]
+    fn fill_is_thousandths_capped_and_zero_without_a_capacity() {
+        assert_eq!(fill(0, 80), 0);
+        assert_eq!(fill(76, 80), 950);
+        assert!(fills(76, 80) && !fills(75, 80));
+        assert_eq!(fill(200, 80), FULL_SCALE);
+        assert_eq!(fill(5, 0), 0);
+        assert_eq!(fill(usize::MAX, usize::MAX), FULL_SCALE);
     }
 
     #[test]

@@ -253,13 +253,18 @@ impl BlockIndex {
         self.lock().lru.as_ref().is_some_and(full)
     }
 
-    /// [`matched`](Self::matched) and [`is_full`](Self::is_full) under one lock.
-    pub fn lookup(&self, chain: &[u64]) -> (usize, bool) {
+    /// [`matched`](Self::matched) and [`fill`](Self::fill) under one lock.
+    pub fn lookup(&self, chain: &[u64]) -> (usize, u16) {
         let inner = self.lock();
         inner
             .lru
             .as_ref()
-            .map_or((0, false), |lru| (matched_in(lru, chain), full(lru)))
+            .map_or((0, 0), |lru| (matched_in(lru, chain), fill_of(lru)))
+    }
+
+    /// How full it is, in thousandths of its capacity ([`Load::cache_fill`]).
+    pub fn fill(&self) -> u16 {
+        self.lock().lru.as_ref().map_or(0, fill_of)
     }
 
     /// Forget everything (the instance restarted or reported a cleared cache).
@@ -272,6 +277,10 @@ impl BlockIndex {
 
 fn full(lru: &LruCache<u64, Touch>) -> bool {
     super::cost::fills(lru.len(), lru.cap().get())
+}
+
+fn fill_of(lru: &LruCache<u64, Touch>) -> u16 {
+    super::cost::fill(lru.len(), lru.cap().get())
 }
 
 /// Binary search for the first block not held: exact because the held set is

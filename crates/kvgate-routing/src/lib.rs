@@ -147,9 +147,11 @@ pub struct Load {
     /// Leading blocks of this request's chain the instance holds (cache-aware
     /// strategies; 0 otherwise).
     pub matched_blocks: usize,
-    /// Its prefix cache is full: whatever a request adds there evicts as much
-    /// of what it held (cache-aware strategies; see [`cost`]).
-    pub cache_full: bool,
+    /// How full its prefix cache is, in thousandths of its capacity
+    /// ([`cost::FULL`] and above: full, whatever a request adds there evicts
+    /// as much of what it held). A copy is charged that share of what it
+    /// adds (cache-aware strategies; see [`cost`]).
+    pub cache_fill: u16,
     /// Prompt tokens sent to it lately (decaying), so that among instances
     /// equal in cost the one given least work leads and none sits idle.
     pub recent_work: u64,
@@ -159,6 +161,11 @@ pub struct Load {
 }
 
 impl Load {
+    /// Whether its cache is full ([`cost::FULL`]).
+    pub fn cache_full(&self) -> bool {
+        self.cache_fill >= cost::FULL
+    }
+
     /// An available instance with `in_flight` requests and nothing else known.
     pub fn with_in_flight(in_flight: usize) -> Self {
         Self {

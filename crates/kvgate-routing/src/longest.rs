@@ -203,7 +203,7 @@ mod tests {
         let p = policy(3, 64);
         let mut loads = [0, 0, 0].map(Load::with_in_flight);
         for l in &mut loads {
-            l.cache_full = true;
+            l.cache_fill = crate::cost::FULL;
         }
         loads[2].matched_blocks = 100; // 6,400 of 8,000 tokens
         // A queue the wait-only model would leave (7,000 > 6,400 to recompute).
@@ -216,7 +216,7 @@ mod tests {
         assert_eq!(plan.reason, Reason::CacheSpread);
         // With room in the other caches, copying evicts nothing.
         loads[2].queued_prefill = 7000;
-        loads[0].cache_full = false;
+        loads[0].cache_fill = 0;
         let plan = p.plan(&req(8000), &loads);
         assert_eq!((plan.order[0], plan.reason), (0, Reason::CacheSpread));
     }

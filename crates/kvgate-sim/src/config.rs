@@ -6,6 +6,7 @@ use std::time::Duration;
 use kvgate_tokenize::PromptTokenizer;
 
 use crate::kv_events::KvEventsConfig;
+use crate::tokens::TokenBytes;
 
 /// Capacity and speed of one simulated vLLM instance.
 ///
@@ -49,6 +50,13 @@ pub struct SimConfig {
     /// template), blocks are `block_size` ids each, hashed over the ids. `None`
     /// keeps the 4-bytes-a-token model (see `tokens.rs`).
     pub tokenizer: Option<Arc<PromptTokenizer>>,
+    /// Bytes of prompt text a simulated token when no `tokenizer` is set
+    /// (4: English prose; about 2 for code; 3.9 for CJK text at 1.3
+    /// characters a token, 3 bytes a character). Usage, cached tokens, KV
+    /// blocks and events all count in these tokens, and the KV capacity
+    /// (`cache_blocks`) holds that many fewer or more bytes of text. Clamped
+    /// to `1..=64`, to the nearest thousandth; not a finite number: 4.
+    pub bytes_per_token: f64,
     /// Export `vllm:cache_config_info` on `/metrics`, as vLLM does, so a gateway
     /// can learn the KV capacity. `false` plays an engine with no cache gauge
     /// (SGLang, llama.cpp, TGI).
@@ -94,6 +102,7 @@ impl SimConfig {
             time_scale: 1.0,
             kv_events: None,
             tokenizer: None,
+            bytes_per_token: crate::tokens::BYTES_PER_TOKEN as f64,
             export_cache_config_info: true,
         }
     }
@@ -114,7 +123,15 @@ impl SimConfig {
             self.time_scale = preset.time_scale;
         }
         self.time_scale = self.time_scale.min(MAX_TIME_SCALE);
+        self.bytes_per_token = self.token_bytes().get();
         self
+    }
+}
+
+impl SimConfig {
+    /// The prompt bytes a simulated token ([`SimConfig::bytes_per_token`]).
+    pub fn token_bytes(&self) -> TokenBytes {
+        TokenBytes::new(self.bytes_per_token)
     }
 }
 
@@ -142,6 +159,7 @@ mod tests {
             max_partial_prefills: Some(0),
             default_max_tokens: 0,
             time_scale: -1.0,
+            bytes_per_token: 0.5,
             ..SimConfig::default()
         }
         .normalized();
@@ -152,5 +170,11 @@ mod tests {
         assert_eq!(cfg.max_partial_prefills, Some(1));
         assert_eq!(cfg.default_max_tokens, 1);
         assert_eq!(cfg.time_scale, 1.0);
+        assert_eq!(cfg.bytes_per_token, 1.0);
+        let nan = SimConfig {
+            bytes_per_token: f64::NAN,
+            ..SimConfig::default()
+        };
+        assert_eq!(nan.normalized().bytes_per_token, 4.0);
     }
 }

@@ -100,4 +100,4 @@ pub use serve::{SimHandle, spawn, spawn_fleet};
 pub use server::SimServer;
 pub use stats::{Latencies, SimStats};
 pub use text::block_text;
-pub use tokens::{BYTES_PER_TOKEN, block_hashes, count_tokens};
+pub use tokens::{BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN, TokenBytes, block_hashes, count_tokens};

@@ -27,7 +27,8 @@ pub(crate) enum Api {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Job {
     pub api: Api,
-    /// Prompt bytes after templating; 4 bytes a token. Empty when `token_ids` is set.
+    /// Prompt bytes after templating (`SimConfig::bytes_per_token` a token).
+    /// Empty when `token_ids` is set.
     pub prompt: Vec<u8>,
     /// The prompt's token ids, when a real tokenizer made them.
     pub token_ids: Option<Vec<u32>>,
@@ -286,7 +287,8 @@ fn prompt_bytes(prompt: &Prompt) -> Result<Vec<u8>, ApiError> {
             [] => Ok(Vec::new()),
             _ => Err(batch()),
         },
-        // A token id is one simulated token: its 4 little-endian bytes.
+        // A token id is one simulated token at the default 4 bytes a token: its 4
+        // little-endian bytes (at another density, 4/b tokens).
         Prompt::Tokens(ids) => Ok(tokens(ids)),
         Prompt::TokenLists(lists) => match lists.as_slice() {
             [one] => Ok(tokens(one)),

@@ -16,11 +16,13 @@ use crate::request::{Api, Job};
 use crate::response::Meta;
 use crate::scheduler::{Scheduler, SeqSpec, blocks_needed};
 use crate::stats::{Counters, Latencies, SimStats, add};
-use crate::tokens::{block_hashes, chunk_ids, count_tokens, token_block_hashes};
+use crate::tokens::token_block_hashes;
 
 /// One simulated vLLM instance: KV cache, scheduler and counters behind an HTTP API.
 pub struct SimServer {
     pub(crate) cfg: SimConfig,
+    /// Prompt bytes a simulated token (`cfg.bytes_per_token`).
+    pub(crate) tokens: crate::tokens::TokenBytes,
     pub(crate) counters: Arc<Counters>,
     tx: mpsc::UnboundedSender<Inbox>,
     /// The engine, until the first request starts it inside the serving runtime
@@ -52,6 +54,7 @@ impl SimServer {
         let (tx, rx) = mpsc::unbounded_channel();
         let sched = Scheduler::new(&cfg, counters.clone());
         Arc::new(Self {
+            tokens: cfg.token_bytes(),
             cfg,
             counters,
             tx,
@@ -113,7 +116,7 @@ impl SimServer {
         let prompt_tokens = job
             .token_ids
             .as_ref()
-            .map_or_else(|| count_tokens(&job.prompt), Vec::len);
+            .map_or_else(|| self.tokens.count(&job.prompt), Vec::len);
         let max_tokens = job.max_tokens.map_or(self.cfg.default_max_tokens, |n| {
             usize::try_from(n).unwrap_or(usize::MAX)
         });
@@ -129,14 +132,14 @@ impl SimServer {
         let (block_size, salt) = (self.cfg.block_size, job.cache_salt.as_deref());
         let hashes = match &job.token_ids {
             Some(ids) => token_block_hashes(ids, block_size, salt),
-            None => block_hashes(&job.prompt, block_size, salt),
+            None => self.tokens.block_hashes(&job.prompt, block_size, salt),
         };
         let kv = self.cfg.kv_events.as_ref().map(|_| {
             let full = hashes.len() * block_size;
             SeqKv {
                 token_ids: match &job.token_ids {
                     Some(ids) => ids.get(..full).unwrap_or_default().to_vec(),
-                    None => chunk_ids(&job.prompt, full),
+                    None => self.tokens.chunk_ids(&job.prompt, full),
                 },
                 cache_salt: salt.map(Into::into),
             }
@@ -269,6 +272,35 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let st = s.stats();
         assert_eq!((st.aborted, st.running, st.kv_blocks_in_use), (1, 0, 0));
+    }
+
+    /// At 2 bytes a token the same prompt is twice the tokens and blocks:
+    /// usage, cached tokens and the KV capacity it needs all follow.
+    #[tokio::test(start_paused = true)]
+    async fn two_bytes_a_token_doubles_prompt_and_cached_tokens() {
+        let s = SimServer::new(SimConfig {
+            bytes_per_token: 2.0,
+            time_scale: 0.0,
+            ..SimConfig::default()
+        });
+        let prompt = vec![b'a'; 4_000];
+        let mut cold = s.submit(&job(&prompt, 1)).unwrap();
+        assert_eq!(cold.prompt_tokens, 2_000, "1,000 at 4 bytes a token");
+        cold.rx.wait_for(|p| p.done).await.unwrap();
+        let mut warm = s.submit(&job(&prompt, 1)).unwrap();
+        let p = *warm.rx.wait_for(|p| p.done).await.unwrap();
+        assert_eq!(p.cached_tokens, 1_984, "124 full blocks, not 62");
+        let small = SimServer::new(SimConfig {
+            bytes_per_token: 2.0,
+            cache_blocks: 10,
+            ..SimConfig::default()
+        });
+        let err = small.submit(&job(&[b'x'; 4 * 75], 20)).err().unwrap();
+        assert!(
+            err.message.contains("needs 11 KV blocks"),
+            "{}",
+            err.message
+        );
     }
 
     #[tokio::test]

@@ -149,7 +149,7 @@ pub fn run(
                     load.recent_work = work[i];
                     if let Some(x) = &indexes {
                         load.matched_blocks = x.of[i].matched(chain);
-                        load.cache_full = x.of[i].is_full();
+                        load.cache_fill = x.of[i].fill();
                     }
                 }
                 let request = Request {

@@ -4,7 +4,9 @@
 //! unknown — `prefix_aware`, `longest_prefix` and `kv_aware` side by side in
 //! each cell, judged by [`verdict`] and written by [`report`] to `matrix.md`
 //! (after every cell, so an interrupted run keeps what it measured). Any
-//! dimension can be narrowed to run a slice ([`Options`]). Ceilings are not
+//! dimension can be narrowed to run a slice ([`Options`]); text density
+//! (issue 30: `--density`, characters a token, 4 by default) is one more,
+//! each workload's text recoded to it ([`crate::workload::Setup::at_density`]). Ceilings are not
 //! measured here (they would double the time); `routing.md` has them.
 //!
 //! Each cell runs on a tokio runtime of its own, dropped after it: every
@@ -12,6 +14,7 @@
 //! forever), and 420 gateways' worth of them, each walking the process-wide
 //! recorder, would eat the CPU the later cells are timed on.
 
+mod density;
 pub mod report;
 pub mod sizes;
 mod summary;
@@ -23,6 +26,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
+use crate::density::Density;
 use crate::regime::{Api, Arrivals, Capacity, Regime};
 use crate::report::Context;
 use crate::workload::Kind;
@@ -40,6 +44,8 @@ pub struct Options {
     pub capacities: Vec<Capacity>,
     /// The APIs sessions are sent over (OpenAI chat alone by default).
     pub apis: Vec<Api>,
+    /// Text densities, characters a token (the workloads' own 4 by default).
+    pub densities: Vec<Density>,
     pub arms: Vec<Arm>,
     /// Seconds, not minutes (CI smoke).
     pub quick: bool,
@@ -58,6 +64,7 @@ impl Options {
             streams: vec![true, false],
             capacities: Capacity::MATRIX.to_vec(),
             apis: vec![Api::OpenAi],
+            densities: vec![Density::ENGLISH],
             arms: ARMS.to_vec(),
             quick: false,
             seed: 7,
@@ -92,43 +99,56 @@ pub async fn run(opts: &Options, ctx: &Context) -> anyhow::Result<Vec<WorkloadRe
     let started = Instant::now();
     let build = crate::host::build();
     let regimes = opts.regimes();
-    let total = opts.kinds.len() * regimes.len();
+    let total = opts.kinds.len() * opts.densities.len() * regimes.len();
     let mut cells: Vec<WorkloadResult> = Vec::with_capacity(total);
     if let Some(dir) = opts.out.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     for &kind in &opts.kinds {
-        let base = sizes::setup(kind, opts.quick, opts.seed, &opts.traces)?;
+        let sized = sizes::setup(kind, opts.quick, opts.seed, &opts.traces)?;
         eprintln!(
             "{}: {} requests, {} instances, {} KV tokens an instance",
-            base.id,
-            base.requests(),
-            base.instances,
-            base.cache_tokens()
+            sized.id,
+            sized.requests(),
+            sized.instances,
+            sized.cache_tokens()
         );
-        for regime in &regimes {
-            let mut setup = base.clone();
-            setup.regime = *regime;
-            let tag = format!("m{}", cells.len());
-            eprintln!("[{}/{total}] {} · {regime}", cells.len() + 1, setup.id);
-            let w = in_fresh_runtime(|| async {
-                bench_with(&setup, &opts.arms, &tag, false, |l| eprintln!("  {l}")).await
-            })?;
-            for v in verdict::judge(&w) {
+        for &density in &opts.densities {
+            let base = sized.at_density(density)?;
+            if !density.is_english() {
                 eprintln!(
-                    "  => {} {}",
-                    v.arm.label(),
-                    if v.won() {
-                        "won".to_owned()
-                    } else {
-                        format!("LOST on {}", v.failed().join(", "))
-                    }
+                    "{} at {density}: engines at {} bytes a token; kv_aware's at {:.2}× (SmolLM2 tokens a token)",
+                    base.id, base.sim.bytes_per_token, base.kv_token_ratio
                 );
             }
-            cells.push(w);
-            let md = report::markdown(ctx, &build, &cells, started.elapsed().as_secs_f64());
-            std::fs::write(&opts.out, md)
-                .with_context(|| format!("writing {}", opts.out.display()))?;
+            for regime in &regimes {
+                let mut setup = base.clone();
+                setup.regime = *regime;
+                let tag = format!("m{}", cells.len());
+                eprintln!(
+                    "[{}/{total}] {} · {density} · {regime}",
+                    cells.len() + 1,
+                    setup.id
+                );
+                let w = in_fresh_runtime(|| async {
+                    bench_with(&setup, &opts.arms, &tag, false, |l| eprintln!("  {l}")).await
+                })?;
+                for v in verdict::judge(&w) {
+                    eprintln!(
+                        "  => {} {}",
+                        v.arm.label(),
+                        if v.won() {
+                            "won".to_owned()
+                        } else {
+                            format!("LOST on {}", v.failed().join(", "))
+                        }
+                    );
+                }
+                cells.push(w);
+                let md = report::markdown(ctx, &build, &cells, started.elapsed().as_secs_f64());
+                std::fs::write(&opts.out, md)
+                    .with_context(|| format!("writing {}", opts.out.display()))?;
+            }
         }
     }
     eprintln!(

@@ -13,10 +13,16 @@ use crate::{RunResult, WorkloadResult};
 pub fn markdown(ctx: &Context, build: &str, cells: &[WorkloadResult], elapsed_s: f64) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# Routing under load regimes: the matrix\n");
+    let dense = cells.iter().any(|w| !w.density.is_english());
     let _ = writeln!(
         s,
         "Written by `kvgate-loadbench --matrix` (`crates/kvgate-bench`, `src/matrix/`), for \
-         issue 20.\n"
+         issue 20{}.\n",
+        if dense {
+            ", with issue 30's text densities (`--density`)"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(s, "- Command: `{}`", ctx.command);
     let _ = writeln!(s, "- Date: {}", ctx.date);
@@ -30,16 +36,25 @@ pub fn markdown(ctx: &Context, build: &str, cells: &[WorkloadResult], elapsed_s:
         load_average()
     );
     method(&mut s);
+    if dense {
+        super::density::method(&mut s);
+    }
     sizes(&mut s, cells);
     super::summary::summary(&mut s, cells);
     super::summary::by_workload(&mut s, cells);
-    let mut last = "";
+    if dense {
+        super::density::side_by_side(&mut s, cells);
+    }
+    let mut last = String::new();
     for w in cells {
-        if w.setup_id != last {
-            let _ = writeln!(s, "## {}\n\n{}\n", w.setup_id, w.description);
-            last = &w.setup_id;
+        if w.workload_label() != last {
+            last = w.workload_label();
+            let _ = writeln!(s, "## {last}\n\n{}\n", w.description);
+            if !w.density.is_english() {
+                super::density::cell_note(&mut s, w);
+            }
         }
-        cell(&mut s, w);
+        cell(&mut s, w, dense);
     }
     s
 }
@@ -135,27 +150,44 @@ fn sizes(s: &mut String, cells: &[WorkloadResult]) {
     let _ = writeln!(s);
 }
 
-fn cell(s: &mut String, w: &WorkloadResult) {
+fn cell(s: &mut String, w: &WorkloadResult, dense: bool) {
     let what = if w.regime.stream {
         "TTFT"
     } else {
         "latency (whole answer)"
     };
-    let _ = writeln!(s, "### {} · {}\n", w.setup_id, w.regime);
+    let _ = writeln!(s, "### {} · {}\n", w.workload_label(), w.regime);
+    let learned = if dense {
+        " gateway's bytes/token |"
+    } else {
+        ""
+    };
     let _ = writeln!(
         s,
-        "| strategy | KV hit | P50 {what} | P90 {what} | client P90 | req/s | client req/s | shares min–max (%) | idle | failed | verdict |"
+        "| strategy | KV hit | P50 {what} | P90 {what} | client P90 | req/s | client req/s | shares min–max (%) | idle | failed |{learned} verdict |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|{}---|",
+        if dense { "---|" } else { "" }
+    );
     let verdicts = verdict::judge(w);
     for r in &w.runs {
         let v = verdicts.iter().find(|v| v.arm == r.arm);
-        row(s, w, r, v);
+        let learned = dense.then(|| super::density::learned(r));
+        row(s, w, r, v, learned);
     }
     let _ = writeln!(s);
 }
 
-fn row(s: &mut String, w: &WorkloadResult, r: &RunResult, v: Option<&Verdict>) {
+/// One arm's row; `learned`: the gateway's learned density column, when shown.
+fn row(
+    s: &mut String,
+    w: &WorkloadResult,
+    r: &RunResult,
+    v: Option<&Verdict>,
+    learned: Option<String>,
+) {
     let lo = r.shares.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = r.shares.iter().copied().fold(0.0, f64::max);
     let idle = r.shares.iter().filter(|&&x| x == 0.0).count();
@@ -166,7 +198,7 @@ fn row(s: &mut String, w: &WorkloadResult, r: &RunResult, v: Option<&Verdict>) {
     };
     let _ = writeln!(
         s,
-        "| {} | {:.1}% | {} | {} | {} | {:.2} | {:.2} | {:.1}–{:.1} | {} | {} | {} |",
+        "| {} | {:.1}% | {} | {} | {} | {:.2} | {:.2} | {:.1}–{:.1} | {} | {} |{} {} |",
         r.arm.label(),
         100.0 * r.hit_rate,
         ms(verdict::engine_p50(w, r)),
@@ -178,6 +210,7 @@ fn row(s: &mut String, w: &WorkloadResult, r: &RunResult, v: Option<&Verdict>) {
         100.0 * hi,
         idle,
         r.failed,
+        learned.map(|l| format!(" {l} |")).unwrap_or_default(),
         verdict,
     );
 }

@@ -48,7 +48,7 @@ pub(super) fn summary(s: &mut String, cells: &[WorkloadResult]) {
         let _ = writeln!(
             s,
             "- {} · {} — `{}` lost on {}: hit {:.1}% vs {:.1}%, P90 {} vs {}, {:.2} vs {:.2} req/s",
-            w.setup_id,
+            w.workload_label(),
             w.regime,
             v.arm.label(),
             v.failed().join(", "),
@@ -72,13 +72,14 @@ pub(super) fn by_workload(s: &mut String, cells: &[WorkloadResult]) {
     let head: Vec<String> = JUDGED.iter().map(|a| format!(" {} |", a.label())).collect();
     let _ = writeln!(s, "| workload |{}", head.concat());
     let _ = writeln!(s, "|---|{}", "---|".repeat(JUDGED.len()));
-    let mut seen: Vec<&str> = Vec::new();
-    for id in cells.iter().map(|w| w.setup_id.as_str()) {
+    let mut seen: Vec<String> = Vec::new();
+    for id in cells.iter().map(WorkloadResult::workload_label) {
         if seen.contains(&id) {
             continue;
         }
-        seen.push(id);
-        let mine: Vec<&WorkloadResult> = cells.iter().filter(|w| w.setup_id == id).collect();
+        seen.push(id.clone());
+        let mine: Vec<&WorkloadResult> =
+            cells.iter().filter(|w| w.workload_label() == id).collect();
         let counts: Vec<String> = JUDGED
             .iter()
             .map(|&arm| {

@@ -6,6 +6,7 @@ mod hot_document;
 mod long_context;
 mod mooncake;
 mod multi_turn;
+mod recode;
 mod system_prompts;
 
 use std::path::Path;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use kvgate_sim::SimConfig;
 use rand::Rng;
 
+use crate::density::Density;
 use crate::regime::Regime;
 
 pub use mooncake::Trace;
@@ -101,6 +103,9 @@ pub struct Setup {
     /// SmolLM2 tokens per 4-byte chunk they hold and prefill the same text
     /// in the same time as the other arms' instances. 1: the same numbers of tokens.
     pub kv_token_ratio: f64,
+    /// Characters a token of the text sent (`--density`; 4, the workloads'
+    /// own filler, unless [`Setup::at_density`] recoded it).
+    pub density: Density,
     /// Arrivals, streaming and capacity (default: open loop, streaming,
     /// `cache_tokens` configured).
     pub regime: Regime,

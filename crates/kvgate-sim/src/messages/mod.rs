@@ -33,7 +33,6 @@ use crate::error::{Anthropic, ApiError};
 use crate::request::{Job, parse_chat};
 use crate::server::SimServer;
 use crate::text::output_text;
-use crate::tokens::count_tokens;
 
 type Payload = Result<Bytes, BytesRejection>;
 
@@ -103,7 +102,7 @@ pub(crate) async fn count(State(s): State<Arc<SimServer>>, body: Payload) -> Res
             let n = job
                 .token_ids
                 .as_ref()
-                .map_or_else(|| count_tokens(&job.prompt), Vec::len);
+                .map_or_else(|| s.tokens.count(&job.prompt), Vec::len);
             json!({"input_tokens": n, "context_management": {"original_input_tokens": n}})
         });
     match counted {
