@@ -24,7 +24,12 @@ Per pass: engine-cached ÷ prompt tokens, P50/P90 TTFT, wall time for the
 fixed work, and each engine's share of the prompt tokens (from its /metrics).
 Passes repeat `--rounds` times with fresh documents, strategies interleaved;
 the report judges the first pass and the warm passes apart
-(`--no-cold-first-round`: every pass on warm engines, as before).
+(`--no-cold-first-round`: every pass on warm engines, as before). It also
+shows what each pass's gateway learned of the engines (`/admin/explain`:
+tokens a character, each instance's pace) beside the truth measured straight
+on the engines after the pass (cold prompts of three sizes: prefill rate,
+step, so the overhead a queued request costs; `--no-pace-truth` skips it),
+and the gateway's decisions by outcome (`/metrics`).
 
     python3 scripts/vllm_bench.py                      # writes bench/results/vllm.md
     python3 scripts/vllm_bench.py --docs 2 --questions 2 --rounds 1 --out /tmp/v.md   # quick
