@@ -223,10 +223,10 @@ impl Endpoint {
             }
         };
         for inst in &self.instances {
-            let (matched, full, s) = match kv {
+            let (matched, fill, s) = match kv {
                 None => {
-                    let (approx, full) = approx(inst);
-                    (approx, full, Seen::default())
+                    let (approx, fill) = approx(inst);
+                    (approx, fill, Seen::default())
                 }
                 Some(kv) => {
                     let sub = inst.kv_feed_now();
@@ -241,33 +241,33 @@ impl Endpoint {
                             // Full as the engine's own events count it.
                             let cap = inst.index.capacity() * self.index_block_tokens() as usize;
                             let stored = sub.feed.held_blocks() * kv.block_size;
-                            let full = routing::cost::fill(stored, cap);
+                            let fill = routing::cost::fill(stored, cap);
                             let s = Seen {
                                 trust,
                                 from_events: true,
                                 held_blocks: held.blocks,
                                 gpu_blocks: held.gpu_blocks,
                             };
-                            (held.weighted.floor() as usize, full, s)
+                            (held.weighted.floor() as usize, fill, s)
                         }
                         // Events not live: the approximate index, looked up
                         // only here (its figures are not used beside events).
                         _ => {
-                            let (approx, full) = approx(inst);
+                            let (approx, fill) = approx(inst);
                             let tokens =
                                 approx * self.density.block_tokens(routing.block_chars) as usize;
                             let s = Seen {
                                 trust,
                                 ..Seen::default()
                             };
-                            (tokens / kv.block_size.max(1), full, s)
+                            (tokens / kv.block_size.max(1), fill, s)
                         }
                     }
                 }
             };
             loads.push(Load {
                 matched_blocks: matched,
-                cache_fill: full,
+                cache_fill: fill,
                 ..inst.load_at(now_ms)
             });
             seen.push(s);
