@@ -26,8 +26,14 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use xxhash_rust::xxh3::{Xxh3, xxh3_64};
 
+#[path = "held_fleet.rs"]
+pub mod fleet;
+#[path = "held_holders.rs"]
+pub mod holders;
 #[path = "held_store.rs"]
 mod store;
+#[path = "held_walk.rs"]
+mod walk;
 use store::{CPU, GPU, Store};
 
 /// A hasher for keys that are hashes already (kvgate's xxh3 keys, engine
@@ -377,6 +383,9 @@ impl HeldIndex {
     }
 }
 
+#[cfg(test)]
+#[path = "held_fleet_tests.rs"]
+mod fleet_tests;
 #[cfg(test)]
 #[path = "held_tests.rs"]
 mod tests;
