@@ -12,8 +12,11 @@
 //! Bytes a held block: an entry of 16 bytes and a 5-byte bucket of the key
 //! table, once however many instances hold it, plus 4 bytes a holder beyond
 //! the first; and in each holding instance an engine-hash entry of 12 bytes
-//! plus a control byte. At hashbrown's 7/8 load that is about 38 B a block
-//! held by one instance and about 16 B a block held by many.
+//! plus a control byte. With hashbrown's tables full (7/8) that is 16 +
+//! 5.7 + 14.9 ≈ 37 B a block held by one instance and 4 + 14.9 ≈ 19 B a
+//! holder of a block many hold; a table that has just doubled is half full,
+//! which doubles its share (the measured figures are in
+//! bench/results/kv-ingest.md).
 //!
 //! Concurrency: 64 shards by key, each behind its own `RwLock`. A writer (an
 //! instance's subscriber, or a dispatch marking blocks expected) takes one

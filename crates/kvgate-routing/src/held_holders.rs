@@ -17,7 +17,7 @@
 
 use hashbrown::HashTable;
 
-use super::store::mix;
+use super::engines::mix;
 
 pub const GPU: u32 = 1;
 pub const CPU: u32 = 2;
