@@ -1,10 +1,12 @@
 //! One publisher's view: the [`HeldIndex`] its events build, whether they can
 //! be trusted right now, and the counts `explain` and `/metrics` show. The
 //! subscriber task writes it; request routing reads it. Readers and the
-//! writer do not wait for each other: trust and the blocks held are atomics,
-//! and each instance has its own reader-writer lock around its index, taken
-//! by the subscriber for one batch at a time and shared by lookups, so a
-//! lookup waits at most for one batch of that one instance.
+//! writer do not wait for each other: trust, the blocks held and the oldest
+//! expected prompt's time are atomics; the blocks themselves are in the
+//! endpoint's fleet-wide index (`kvgate_routing::held::fleet`), whose shards
+//! a writer takes one block at a time and a request's walk one key at a
+//! time. The feed's own lock guards only what its writers use (engine
+//! hashes, expected prompts, salts).
 //!
 //! Trust: events are used while the subscription is connected, the publisher
 //! is not *silent* and the index is not *partial*. vLLM sends nothing when
@@ -294,9 +296,8 @@ impl Feed {
         self.times.held.load(Ordering::Relaxed)
     }
 
-    /// How much of `keys` the instance holds. Lookups share the instance's
-    /// lock: they wait only while the subscriber applies one batch to this
-    /// instance, never for each other (nor for other instances' batches).
+    /// How much of `keys` this instance alone holds (a view walks the
+    /// fleet-wide index once for every instance instead).
     pub fn matched(&self, keys: &[u64], shared: Option<&Feed>, w: TierWeights) -> Held {
         let now = Instant::now();
         let silence = self.silence();
@@ -574,3 +575,7 @@ fn expire(st: &mut State, now: Instant, ttl: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "feed_tests.rs"]
+mod tests;
