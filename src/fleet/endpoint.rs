@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kvgate_routing::held::TierWeights;
+use kvgate_routing::held::fleet::FleetHeld;
 use kvgate_routing::{self as routing, Load, Policy, PolicySpec};
 
 use super::Instance;
@@ -24,6 +25,9 @@ pub struct Endpoint {
     pub policy: Box<dyn Policy>,
     /// The shared KV tier's subscription (`kv_aware` with `shared_tier`).
     pub shared_tier: Option<Arc<Subscription>>,
+    /// What every instance's KV events say it holds, in one index (kept
+    /// across reloads, as the instances keep their feeds).
+    pub held: Arc<FleetHeld>,
     /// Its hottest prefixes, for warming instances that join (kept across reloads).
     pub hot: Arc<crate::fleet::warmup::HotPrefixes>,
     /// Where its requests wait while every instance is saturated (kept across reloads).
@@ -107,15 +111,16 @@ impl Endpoint {
             .kv
             .as_ref()
             .filter(|_| ec.routing.strategy.uses_events());
+        let held = old.map_or_else(Arc::default, |o| Arc::clone(&o.held));
         for (inst, ic) in instances.iter().zip(&ec.instances) {
             let settings = feed_settings(kv, ic.cache_tokens);
             let events = kv.and(ic.kv_events.as_deref());
             if kv.is_some() && events.is_none() {
                 tracing::warn!(endpoint = %ec.name, instance = %ic.id, "kv_aware instance without kv_events: routed by the approximate index");
             }
-            inst.follow_kv_events(events, ic.kv_replay.as_deref(), settings);
+            inst.follow_kv_events(events, ic.kv_replay.as_deref(), settings, &held);
         }
-        let shared_tier = shared_tier(ec, old);
+        let shared_tier = shared_tier(ec, old, &held);
         if ec.health.is_none() {
             // No active checks any more: nothing would ever bring an
             // instance a probe took out back (passive ejection cools down
@@ -149,6 +154,7 @@ impl Endpoint {
             instances,
             policy,
             shared_tier,
+            held,
             hot,
             queue,
             density,
@@ -212,6 +218,28 @@ impl Endpoint {
             .as_deref()
             .map(|s| &*s.feed)
             .filter(|f| f.trust(now).is_live());
+        // One look at each instance's feed (its trust, its slot in the
+        // fleet-wide index, the blocks it holds: atomics), then one walk of
+        // the request's keys for the whole fleet.
+        let feeds: Vec<FeedNow> = match kv {
+            Some(_) => self
+                .instances
+                .iter()
+                .map(|i| self.feed_now(i, now))
+                .collect(),
+            None => Vec::new(),
+        };
+        let w = TierWeights {
+            cpu: kv.map_or(1.0, |k| k.cpu_weight),
+            l2: kv.and_then(|k| k.shared.as_ref()).map_or(0.0, |t| t.weight),
+        };
+        let matches = match kv_keys {
+            Some(prompt) if feeds.iter().any(|f| f.slot.is_some()) => {
+                let shared = shared.and_then(|f| self.slot_of(f));
+                self.held.matched_all(prompt, shared, w)
+            }
+            _ => Vec::new(),
+        };
         let mut loads = Vec::with_capacity(self.instances.len());
         let mut seen = Vec::with_capacity(self.instances.len());
         // One look under an index's lock: the match, and how full it is.
@@ -222,28 +250,22 @@ impl Endpoint {
                 (0, 0)
             }
         };
-        for inst in &self.instances {
+        for (n, inst) in self.instances.iter().enumerate() {
             let (matched, fill, s) = match kv {
                 None => {
                     let (approx, fill) = approx(inst);
                     (approx, fill, Seen::default())
                 }
                 Some(kv) => {
-                    let sub = inst.kv_feed_now();
-                    let trust = sub.as_ref().map(|s| s.feed.trust(now));
-                    match (sub.as_ref(), kv_keys) {
-                        (Some(sub), Some(prompt)) if trust.is_some_and(Trust::is_live) => {
-                            let w = TierWeights {
-                                cpu: kv.cpu_weight,
-                                l2: kv.shared.as_ref().map_or(0.0, |t| t.weight),
-                            };
-                            let held = sub.feed.matched(prompt, shared, w);
+                    let f = feeds.get(n).copied().unwrap_or_default();
+                    match f.slot.and_then(|s| matches.get(s as usize)) {
+                        Some(held) => {
                             // Full as the engine's own events count it.
                             let cap = inst.index.capacity() * self.index_block_tokens() as usize;
-                            let stored = sub.feed.held_blocks() * kv.block_size;
+                            let stored = f.held_blocks * kv.block_size;
                             let fill = routing::cost::fill(stored, cap);
                             let s = Seen {
-                                trust,
+                                trust: f.trust,
                                 from_events: true,
                                 held_blocks: held.blocks,
                                 gpu_blocks: held.gpu_blocks,
@@ -252,12 +274,12 @@ impl Endpoint {
                         }
                         // Events not live: the approximate index, looked up
                         // only here (its figures are not used beside events).
-                        _ => {
+                        None => {
                             let (approx, fill) = approx(inst);
                             let tokens =
                                 approx * self.density.block_tokens(routing.block_chars) as usize;
                             let s = Seen {
-                                trust,
+                                trust: f.trust,
                                 ..Seen::default()
                             };
                             (tokens / kv.block_size.max(1), fill, s)
@@ -276,6 +298,42 @@ impl Endpoint {
     }
 }
 
+/// What a view reads of one instance's feed.
+#[derive(Debug, Clone, Copy, Default)]
+struct FeedNow {
+    trust: Option<Trust>,
+    /// Its slot in the fleet-wide index, when its events are live.
+    slot: Option<u32>,
+    held_blocks: usize,
+}
+
+impl Endpoint {
+    /// An instance's feed as a view sees it at `now`; a live one's stale
+    /// expected prompts are dropped first, as its own lookup did.
+    fn feed_now(&self, inst: &Instance, now: std::time::Instant) -> FeedNow {
+        let sub = inst.kv_feed_now();
+        let Some(sub) = sub.as_ref() else {
+            return FeedNow::default();
+        };
+        let trust = sub.feed.trust(now);
+        let live = trust.is_live();
+        if live {
+            sub.feed.expire_due(now);
+        }
+        FeedNow {
+            trust: Some(trust),
+            slot: self.slot_of(&sub.feed).filter(|_| live),
+            held_blocks: sub.feed.held_blocks(),
+        }
+    }
+
+    /// A feed's slot in this endpoint's fleet-wide index.
+    fn slot_of(&self, feed: &Feed) -> Option<u32> {
+        feed.slot()
+            .filter(|_| Arc::ptr_eq(feed.fleet(), &self.held))
+    }
+}
+
 /// A feed's settings for an instance of `cache_tokens` (kv_aware; without
 /// it the settings are never used). The block limit is generous over what the
 /// instance can hold (CPU offload tiers are larger than the GPU's), but bounded.
@@ -290,7 +348,11 @@ fn feed_settings(kv: Option<&KvAwareConfig>, cache_tokens: usize) -> FeedSetting
 
 /// The endpoint's shared-tier subscription: the previous one when it follows
 /// the same sockets, a new one otherwise.
-fn shared_tier(ec: &EndpointConfig, old: Option<&Endpoint>) -> Option<Arc<Subscription>> {
+fn shared_tier(
+    ec: &EndpointConfig,
+    old: Option<&Endpoint>,
+    held: &Arc<FleetHeld>,
+) -> Option<Arc<Subscription>> {
     let kv = ec
         .routing
         .kv
@@ -301,6 +363,7 @@ fn shared_tier(ec: &EndpointConfig, old: Option<&Endpoint>) -> Option<Arc<Subscr
         s.feed.events_url == tier.kv_events
             && s.feed.replay_url == tier.kv_replay
             && s.feed.block_size == kv.block_size
+            && Arc::ptr_eq(s.feed.fleet(), held)
     });
     let settings = feed_settings(Some(kv), ec.routing.cache_tokens);
     if let Some(s) = &kept {
@@ -312,6 +375,7 @@ fn shared_tier(ec: &EndpointConfig, old: Option<&Endpoint>) -> Option<Arc<Subscr
             &tier.kv_events,
             tier.kv_replay.as_deref(),
             settings,
+            held,
         ))
         .map(Arc::new)
     })

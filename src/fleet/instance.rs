@@ -201,6 +201,7 @@ impl Instance {
         events: Option<&str>,
         replay: Option<&str>,
         settings: FeedSettings,
+        fleet: &Arc<kvgate_routing::held::fleet::FleetHeld>,
     ) {
         let current = self.kv.load();
         let same = match (current.as_deref(), events) {
@@ -209,6 +210,7 @@ impl Instance {
                 sub.feed.events_url == url
                     && sub.feed.replay_url.as_deref() == replay
                     && sub.feed.block_size == settings.block_size
+                    && Arc::ptr_eq(sub.feed.fleet(), fleet)
             }
             _ => false,
         };
@@ -219,7 +221,13 @@ impl Instance {
             return;
         }
         let next = events.and_then(|url| {
-            Subscription::start(Feed::new((&self.endpoint, &self.id), url, replay, settings))
+            Subscription::start(Feed::new(
+                (&self.endpoint, &self.id),
+                url,
+                replay,
+                settings,
+                fleet,
+            ))
         });
         self.kv.store(next.map(Arc::new));
     }

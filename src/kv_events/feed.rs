@@ -1,10 +1,12 @@
 //! One publisher's view: the [`HeldIndex`] its events build, whether they can
 //! be trusted right now, and the counts `explain` and `/metrics` show. The
 //! subscriber task writes it; request routing reads it. Readers and the
-//! writer do not wait for each other: trust and the blocks held are atomics,
-//! and each instance has its own reader-writer lock around its index, taken
-//! by the subscriber for one batch at a time and shared by lookups, so a
-//! lookup waits at most for one batch of that one instance.
+//! writer do not wait for each other: trust, the blocks held and the oldest
+//! expected prompt's time are atomics; the blocks themselves are in the
+//! endpoint's fleet-wide index (`kvgate_routing::held::fleet`), whose shards
+//! a writer takes one block at a time and a request's walk one key at a
+//! time. The feed's own lock guards only what its writers use (engine
+//! hashes, expected prompts, salts).
 //!
 //! Trust: events are used while the subscription is connected, the publisher
 //! is not *silent* and the index is not *partial*. vLLM sends nothing when
@@ -21,13 +23,14 @@
 //! shedding), so the index is not yet what the engine holds: the instance is
 //! routed as unknown until the catch-up ends.
 
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use super::clock::AtomicTime;
 use super::wire::{Batch, Event};
 use crate::telemetry;
+use kvgate_routing::held::fleet::FleetHeld;
 use kvgate_routing::held::{self, Held, HeldIndex, Scope, TierWeights};
 
 /// Scopes (salt, partition) of recently sent prompts, by their first block's content key.
@@ -81,6 +84,9 @@ struct Times {
     awaiting: AtomicTime,
     /// The index's length after the subscriber's last change.
     held: AtomicUsize,
+    /// When the oldest prompt still expected was sent (the front of
+    /// `State::expecting`), so a view sees stale ones without the lock.
+    oldest_expected: AtomicTime,
 }
 
 /// Why an instance's figures come from where they do.
@@ -134,9 +140,13 @@ pub struct Feed {
     silence_ms: AtomicU64,
     series: telemetry::KvSeries,
     times: Times,
-    /// One lock an instance: the subscriber writes a batch at a time,
-    /// routing's lookups share it (see `matched`).
+    /// One lock an instance around what only its writers use (its engine
+    /// hashes, expected prompts, salts); its blocks are in the endpoint's
+    /// fleet-wide index, which views read without this lock.
     state: RwLock<State>,
+    /// The endpoint's fleet-wide index, and this instance's slot in it.
+    fleet: Arc<FleetHeld>,
+    slot: Option<u32>,
 }
 
 impl Feed {
@@ -145,8 +155,12 @@ impl Feed {
         events_url: &str,
         replay_url: Option<&str>,
         settings: FeedSettings,
+        fleet: &Arc<FleetHeld>,
     ) -> Self {
+        let index = HeldIndex::join(fleet, settings.limit);
         Self {
+            fleet: Arc::clone(fleet),
+            slot: index.slot(),
             labels: (endpoint.to_owned(), instance.to_owned()),
             series: telemetry::KvSeries::new(endpoint, instance),
             events_url: events_url.to_owned(),
@@ -162,7 +176,7 @@ impl Feed {
             ),
             times: Times::default(),
             state: RwLock::new(State {
-                index: HeldIndex::new(settings.limit),
+                index,
                 pending: lru::LruCache::new(
                     std::num::NonZeroUsize::new(PENDING_SALTS)
                         .unwrap_or(std::num::NonZeroUsize::MIN),
@@ -249,13 +263,41 @@ impl Feed {
         }
     }
 
+    /// The fleet-wide index this instance's blocks are recorded in.
+    pub fn fleet(&self) -> &Arc<FleetHeld> {
+        &self.fleet
+    }
+
+    /// This instance's slot in [`Feed::fleet`] (`None`: it was full).
+    pub fn slot(&self) -> Option<u32> {
+        self.slot
+    }
+
+    /// Stop expecting prompts older than `silence`, if there are any: one
+    /// atomic read otherwise (a view calls it for every live instance
+    /// before its walk, as `matched` does under its lock).
+    pub fn expire_due(&self, now: Instant) {
+        let silence = self.silence();
+        if self
+            .times
+            .oldest_expected
+            .get()
+            .is_some_and(|t| now.saturating_duration_since(t) >= silence)
+        {
+            let mut st = self.lock();
+            expire(&mut st, now, silence);
+            self.times
+                .oldest_expected
+                .set(st.expecting.front().map(|(t, _)| *t));
+        }
+    }
+
     pub fn held_blocks(&self) -> usize {
         self.times.held.load(Ordering::Relaxed)
     }
 
-    /// How much of `keys` the instance holds. Lookups share the instance's
-    /// lock: they wait only while the subscriber applies one batch to this
-    /// instance, never for each other (nor for other instances' batches).
+    /// How much of `keys` this instance alone holds (a view walks the
+    /// fleet-wide index once for every instance instead).
     pub fn matched(&self, keys: &[u64], shared: Option<&Feed>, w: TierWeights) -> Held {
         let now = Instant::now();
         let silence = self.silence();
@@ -267,7 +309,7 @@ impl Feed {
         let mut st = self.read();
         if stale(&st) {
             drop(st);
-            expire(&mut self.lock(), now, silence);
+            self.expire_due(now);
             st = self.read();
         }
         match shared {
@@ -299,6 +341,9 @@ impl Feed {
         expire(&mut st, now, self.silence());
         st.index.expect(keys);
         st.expecting.push_back((now, std::sync::Arc::clone(keys)));
+        self.times
+            .oldest_expected
+            .set(st.expecting.front().map(|(t, _)| *t));
         if let Some((root, scope)) = scoped_root {
             let fresh = st
                 .pending
@@ -328,6 +373,9 @@ impl Feed {
         {
             st.index.unexpect(&k);
         }
+        self.times
+            .oldest_expected
+            .set(st.expecting.front().map(|(t, _)| *t));
     }
 
     /// Forget everything the publisher said: it restarted or cleared its
@@ -423,6 +471,9 @@ impl Feed {
     pub fn apply(&self, batch: &Batch, now: Instant) {
         let mut st = self.lock();
         expire(&mut st, now, self.silence());
+        self.times
+            .oldest_expected
+            .set(st.expecting.front().map(|(t, _)| *t));
         self.times.last_batch.set(Some(now));
         self.times.awaiting.set(None);
         let c = &self.counters;
@@ -524,3 +575,7 @@ fn expire(st: &mut State, now: Instant, ttl: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "feed_tests.rs"]
+mod tests;

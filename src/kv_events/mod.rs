@@ -4,7 +4,8 @@
 //! [`wire`] decodes vLLM's messages, [`feed::Feed`] holds one publisher's
 //! index and trust, [`subscriber`] is the task that keeps it current and
 //! [`replay`] reads spans of a publisher's history. The
-//! index itself is pure (`kvgate_routing::held`).
+//! index itself is pure (`kvgate_routing::held`): one an endpoint, each
+//! instance's blocks recorded there under its slot.
 
 mod clock;
 pub mod feed;

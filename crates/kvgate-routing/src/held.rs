@@ -18,17 +18,28 @@
 //! cannot attribute counts as unsalted, which no salted request ever matches.
 //!
 //! Tiers: a block may be held on the GPU, offloaded to CPU, or both; a match
-//! weighs each block by its best tier. Pure and synchronous; the subscriber
-//! holds it behind a lock.
+//! weighs each block by its best tier. Pure and synchronous: an instance's
+//! [`HeldIndex`] (its engine hashes, behind its feed's lock) records its
+//! blocks in its endpoint's fleet-wide index ([`fleet::FleetHeld`]: each block
+//! once, with its holders, in locked shards), which a request walks once for
+//! every instance ([`fleet::FleetHeld::matched_all`]).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use xxhash_rust::xxh3::{Xxh3, xxh3_64};
 
-#[path = "held_store.rs"]
-mod store;
-use store::{CPU, GPU, Store};
+#[path = "held_engines.rs"]
+mod engines;
+#[path = "held_fleet.rs"]
+pub mod fleet;
+#[path = "held_holders.rs"]
+pub mod holders;
+#[path = "held_index.rs"]
+mod index;
+#[path = "held_walk.rs"]
+mod walk;
+pub use index::HeldIndex;
 
 /// A hasher for keys that are hashes already (kvgate's xxh3 keys, engine
 /// block hashes): one multiply and two shifts spread any bits of the key
@@ -49,7 +60,7 @@ impl Hasher for Mixed {
     }
 
     fn write_u64(&mut self, x: u64) {
-        self.0 = store::mix(x);
+        self.0 = engines::mix(x);
     }
 }
 
@@ -179,204 +190,9 @@ pub struct Applied {
     pub orphaned: usize,
 }
 
-#[derive(Debug, Default)]
-pub struct HeldIndex {
-    /// The blocks held, by engine hash and by key (see `held_store`).
-    store: Store,
-    /// Blocks of prompts sent to the instance whose events have not come yet
-    /// (prefill in progress), by how many such prompts carry each: counted
-    /// as held so a second request for a prefix being prefilled follows the
-    /// first instead of prefilling it again elsewhere. A block leaves when
-    /// its BlockStored arrives (from then on events are the truth) or when
-    /// the caller gives the prompt up ([`HeldIndex::unexpect`]).
-    expected: HashKeyed<u32>,
-    /// Most engine hashes kept; stores beyond it are dropped (a publisher
-    /// whose removals are lost must not grow the gateway without bound).
-    limit: usize,
-}
-
-impl HeldIndex {
-    pub fn new(limit: usize) -> Self {
-        Self {
-            limit: limit.max(1),
-            ..Self::default()
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.store.len()
-    }
-
-    /// A new bound on engine hashes kept; blocks already held stay (the
-    /// engine's removals shrink the index).
-    pub fn set_limit(&mut self, limit: usize) {
-        self.limit = limit.max(1);
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.store.len() == 0
-    }
-
-    pub fn clear(&mut self) {
-        self.store.clear();
-        self.expected.clear();
-    }
-
-    /// A prompt with these keys was sent to the instance.
-    pub fn expect(&mut self, keys: &[u64]) {
-        for k in keys {
-            if self.store.tiers_of(*k) == 0 {
-                *self.expected.entry(*k).or_default() += 1;
-            }
-        }
-    }
-
-    /// Give up expecting a prompt's keys (its events should have come by now,
-    /// or it was refused).
-    pub fn unexpect(&mut self, keys: &[u64]) {
-        for k in keys {
-            if let Some(n) = self.expected.get_mut(k) {
-                *n -= 1;
-                if *n == 0 {
-                    self.expected.remove(k);
-                }
-            }
-        }
-    }
-
-    /// Blocks expected and not yet reported.
-    pub fn expected_len(&self) -> usize {
-        self.expected.len()
-    }
-
-    /// The key of the block the engine calls `hash`, if known.
-    pub fn key_of(&self, hash: EngineHash) -> Option<u64> {
-        let at = self.store.find_engine(hash)?;
-        self.store.get(at).map(|b| b.key)
-    }
-
-    /// Apply a BlockStored: `root_seed` is the chain seed for a first block
-    /// (`parent` = None); blocks after an unknown parent are dropped.
-    pub fn store(
-        &mut self,
-        hashes: &[EngineHash],
-        parent: Option<EngineHash>,
-        token_ids: &[u32],
-        block_size: usize,
-        medium: Medium,
-        root_seed: u64,
-    ) -> Applied {
-        let mut prev = match parent {
-            None => root_seed,
-            Some(p) => match self.key_of(p) {
-                Some(k) => k,
-                None => {
-                    return Applied {
-                        stored: 0,
-                        dropped: hashes.len(),
-                        orphaned: hashes.len(),
-                    };
-                }
-            },
-        };
-        if block_size == 0 || token_ids.len() < hashes.len() * block_size {
-            return Applied {
-                stored: 0,
-                dropped: hashes.len(),
-                orphaned: 0,
-            };
-        }
-        let mut applied = Applied::default();
-        let tier = match medium {
-            Medium::Gpu => GPU,
-            Medium::Cpu => CPU,
-        };
-        for (i, &h) in hashes.iter().enumerate() {
-            let key = chain(prev, &token_ids[i * block_size..(i + 1) * block_size]);
-            prev = key;
-            let at = match self.store.find_engine(h) {
-                Some(at) => {
-                    if self.store.get(at).is_some_and(|b| b.key != key) {
-                        // The engine reused a hash for other content (it
-                        // re-hashed after a restart we missed): forget the old block.
-                        self.store.rekey(at, key);
-                    }
-                    at
-                }
-                None if self.store.len() >= self.limit => {
-                    applied.dropped += 1;
-                    continue;
-                }
-                None => match self.store.push(h, key) {
-                    Some(at) => at,
-                    None => {
-                        applied.dropped += 1;
-                        continue;
-                    }
-                },
-            };
-            if !self.expected.is_empty() {
-                self.expected.remove(&key);
-            }
-            self.store.set_tier(at, tier, true);
-            applied.stored += 1;
-        }
-        applied
-    }
-
-    /// Apply a BlockRemoved for `medium`. Returns the blocks removed.
-    pub fn remove(&mut self, hashes: &[EngineHash], medium: Medium) -> usize {
-        let tier = match medium {
-            Medium::Gpu => GPU,
-            Medium::Cpu => CPU,
-        };
-        let mut removed = 0;
-        for &h in hashes {
-            let Some(at) = self.store.find_engine(h) else {
-                continue;
-            };
-            if self.store.set_tier(at, tier, false) {
-                removed += 1;
-            }
-            if self.store.get(at).is_some_and(|b| b.tiers() == 0) {
-                self.store.delete(at);
-            }
-        }
-        removed
-    }
-
-    /// The tier a block is held in, best first.
-    fn tier(&self, key: u64) -> Option<Medium> {
-        match self.store.tiers_of(key) {
-            0 => None,
-            t if t & GPU != 0 => Some(Medium::Gpu),
-            _ => Some(Medium::Cpu),
-        }
-    }
-
-    /// How much of `keys` this instance holds, with `shared` (the L2 tier
-    /// every instance reaches) filling blocks it lacks.
-    pub fn matched(&self, keys: &[u64], shared: Option<&HeldIndex>, w: TierWeights) -> Held {
-        let mut out = Held::default();
-        for &k in keys {
-            let weight = match self.tier(k) {
-                Some(Medium::Gpu) => {
-                    out.gpu_blocks += 1;
-                    1.0
-                }
-                Some(Medium::Cpu) => w.cpu,
-                // Being prefilled there now: on the GPU by the time it matters.
-                None if self.expected.contains_key(&k) => 1.0,
-                None if shared.is_some_and(|s| s.store.tiers_of(k) != 0) => w.l2,
-                None => break,
-            };
-            out.blocks += 1;
-            out.weighted += weight;
-        }
-        out
-    }
-}
-
+#[cfg(test)]
+#[path = "held_fleet_tests.rs"]
+mod fleet_tests;
 #[cfg(test)]
 #[path = "held_tests.rs"]
 mod tests;

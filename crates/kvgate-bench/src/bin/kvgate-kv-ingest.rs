@@ -103,10 +103,22 @@ fn decision(feeds: &[Arc<Feed>], keys: &[u64]) -> Duration {
     let w = kvgate_routing::held::TierWeights { cpu: 0.8, l2: 0.5 };
     let t = Instant::now();
     let mut n = 0usize;
+    let mut live = Vec::with_capacity(feeds.len());
     for f in feeds {
         if f.trust(t).is_live() {
-            n += f.matched(keys, None, w).blocks + f.held_blocks();
+            f.expire_due(t);
+            live.extend(f.slot());
+            n += f.held_blocks();
         }
+    }
+    // One walk of the prompt for the whole fleet, as `Endpoint::view` does.
+    if let Some(f) = feeds.first() {
+        let held = f.fleet().matched_all(keys, None, w);
+        n += live
+            .iter()
+            .filter_map(|&s| held.get(s as usize))
+            .map(|h| h.blocks)
+            .sum::<usize>();
     }
     std::hint::black_box(n);
     t.elapsed()
@@ -374,11 +386,18 @@ fn main() -> anyhow::Result<()> {
         block_size: BLOCK,
     };
     let rss_empty = rss_bytes();
+    let fleet = Arc::new(kvgate_routing::held::fleet::FleetHeld::new());
     let subs: Vec<Subscription> = rt.block_on(async {
         urls.iter()
             .enumerate()
             .filter_map(|(i, u)| {
-                Subscription::start(Feed::new(("bench", &format!("e{i}")), u, None, settings))
+                Subscription::start(Feed::new(
+                    ("bench", &format!("e{i}")),
+                    u,
+                    None,
+                    settings,
+                    &fleet,
+                ))
             })
             .collect()
     });
