@@ -457,7 +457,8 @@ def learned_table(runs):
         "At the end of each pass, from `/admin/explain` for the pass's last request: the tokens a character in use "
         "(and the answers it rests on; 8 make it learned), the prompt-token estimate it gives against the engine's own "
         "`usage.prompt_tokens` for that request, and each instance's pace (learned after 16 streamed answers with "
-        "queues that vary, else the 256-token guess). *Truth*: each engine's prefill rate and latency fitted from "
+        "queues that vary; before that, after two answers, the first answers' reading — the gap between an answer's "
+        "tokens times the prefill rate an unqueued first token shows; before any answer, the 256-token guess). *Truth*: each engine's prefill rate and latency fitted from "
         "cold prompts of three sizes sent straight to it while idle, after the pass (the latency intercept is within "
         "this loaded machine's noise), its step as the median gap between streamed tokens, and so the overhead a "
         "queued request costs in prefill tokens, step × rate. `kv_aware` tokenizes the prompt "
@@ -478,7 +479,8 @@ def learned_table(runs):
         for n, (iid, p) in enumerate(sorted((l.get("pace") or {}).items())):
             p = p or {}
             t = truth[n] if n < len(truth) and truth[n] else {}
-            src = "learned" if str(p.get("source", "")).startswith("learned") else "guess"
+            source = str(p.get("source", ""))
+            src = "learned" if source.startswith("learned") else "first answers" if source.startswith("first") else "guess"
             lines.append(
                 f"| {r['round']}{' (fresh)' if r['cold'] else ''} | {r['strategy']} | {units if n == 0 else ''} | "
                 f"{est if n == 0 else ''} | {iid} | {src} ({p.get('answers', '–')}) | {fmt(p.get('tokens_per_s'))} | "

@@ -180,6 +180,7 @@ fn units(ep: &Endpoint) -> Value {
 /// An instance's learned fixed cost of a request and prefill rate, and what
 /// they rest on (`kvgate_routing::pace`).
 fn pace(i: &crate::fleet::Instance) -> Value {
+    use kvgate_routing::pace::Basis;
     let p = i.pace.snapshot();
     let round = |v: Option<f64>| v.map(|v| (v * 10.0).round() / 10.0);
     json!({
@@ -188,10 +189,16 @@ fn pace(i: &crate::fleet::Instance) -> Value {
         "tokens_per_s": round(p.tokens_per_s),
         "step_ms": round(p.step_ms),
         "latency_ms": round(p.latency_ms),
-        "source": if p.learned { "learned from streamed first tokens" } else { "default (256 tokens a request)" },
+        "source": match p.basis {
+            Basis::Fit => "learned from streamed first tokens",
+            Basis::FirstAnswers => "first answers (gap between tokens × prefill rate)",
+            Basis::Guess => "default (256 tokens a request)",
+        },
         "answers": p.answers,
+        "gaps": p.gaps,
         "refused": p.refused,
         "learned_after": kvgate_routing::pace::MIN_ANSWERS,
+        "first_reading_after": kvgate_routing::pace::MIN_GAPS,
     })
 }
 

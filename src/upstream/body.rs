@@ -1,6 +1,6 @@
 //! The response body on its way to the client: chunks pass through as they
-//! arrive; silence longer than the idle timeout ends the stream; usage is read
-//! in passing; and the in-flight slot is released when the body ends or is
+//! arrive; silence longer than the idle timeout ends the stream; usage, the
+//! first token and the gap between tokens are read in passing; and the in-flight slot is released when the body ends or is
 //! dropped (client gone), which also drops — and so closes — the upstream
 //! connection, making vLLM abort the generation.
 
@@ -157,7 +157,7 @@ where
                 }
                 if let (Some((probe, since)), Some(g)) =
                     (this.first_token.as_mut(), this.guard.as_ref())
-                    && probe.feed(&chunk)
+                    && probe.feed(&chunk, std::time::Instant::now())
                 {
                     let took = since.elapsed();
                     g.instance().series.first_token(took);
@@ -178,6 +178,12 @@ where
                 Poll::Ready(Some(Err(e.into())))
             }
             Poll::Ready(None) => {
+                if let (Some((probe, _)), Some(g)) =
+                    (this.first_token.as_ref(), this.guard.as_ref())
+                    && let Some(gap) = probe.gap()
+                {
+                    g.instance().pace.observe_gap(gap.as_secs_f64());
+                }
                 // Release the slot the moment the upstream is done, not when
                 // hyper gets round to dropping the body.
                 if let Some(done) = this.on_done.take() {

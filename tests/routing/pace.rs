@@ -5,6 +5,9 @@
 //! queued request is charged) and the rate within a few dozen answers, shows
 //! them in `explain`, and charges queued requests the learned overhead in
 //! place of the 256-token guess. Answers that are not streamed teach nothing.
+//! Before the fit stands, an engine that streams its answers token by token
+//! is read after two answers: the gap between its tokens (a step) times the
+//! prefill rate its first tokens show.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +15,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::response::Response;
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::Mutex;
@@ -33,21 +37,27 @@ const GAP: Duration = Duration::from_millis(40);
 /// before it and its own are done, each taking [`STEP`] + its tokens (4
 /// characters each, the gateway's first guess too) at [`RATE`].
 async fn engine() -> String {
+    engine_with(STEP, 0).await
+}
+
+/// [`engine`] with its own fixed cost `step` a request, and `tokens` tokens
+/// after the first, [`DECODE`] apart.
+async fn engine_with(step: Duration, tokens: u32) -> String {
     let busy_until = Arc::new(Mutex::new(Instant::now()));
     let app = axum::Router::new()
         .route(
             "/v1/chat/completions",
             axum::routing::post(
-                |State(busy): State<Arc<Mutex<Instant>>>, body: Bytes| async move {
+                move |State(busy): State<Arc<Mutex<Instant>>>, body: Bytes| async move {
                     let v: Value = serde_json::from_slice(&body).unwrap_or_default();
                     let chars = v["messages"][0]["content"].as_str().map_or(0, str::len);
-                    let own = STEP + Duration::from_secs_f64(chars as f64 / 4.0 / RATE);
+                    let own = step + Duration::from_secs_f64(chars as f64 / 4.0 / RATE);
                     let first_token = {
                         let mut b = busy.lock().await;
                         *b = (*b).max(Instant::now()) + own;
                         *b
                     };
-                    let chunks = async_stream(first_token, v["stream"] == true);
+                    let chunks = async_stream(first_token, v["stream"] == true, tokens);
                     Response::builder()
                         .header("content-type", "text/event-stream")
                         .body(Body::from_stream(chunks))
@@ -62,20 +72,37 @@ async fn engine() -> String {
     url
 }
 
-/// The first token at `at`, then the end of the stream (or one JSON answer).
+/// The gap between the tokens of [`engine_with`]'s answers.
+const DECODE: Duration = Duration::from_millis(50);
+
+const CHUNK: &str = "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n";
+
+/// The first token at `at`, `tokens` more [`DECODE`] apart, then the end of
+/// the stream (or one JSON answer).
 fn async_stream(
     at: Instant,
     stream: bool,
+    tokens: u32,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
-    futures_util::stream::once(async move {
+    let first = futures_util::stream::once(async move {
         tokio::time::sleep_until(at).await;
-        let text = if stream {
-            "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\ndata: [DONE]\n\n".to_owned()
-        } else {
+        let text = if !stream {
             json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}).to_string()
+        } else if tokens == 0 {
+            format!("{CHUNK}data: [DONE]\n\n")
+        } else {
+            CHUNK.to_owned()
         };
         Ok(Bytes::from(text))
-    })
+    });
+    let rest = futures_util::stream::iter((1..=tokens).filter(move |_| stream)).then(
+        move |k| async move {
+            tokio::time::sleep_until(at + DECODE * k).await;
+            let end = if k == tokens { "data: [DONE]\n\n" } else { "" };
+            Ok(Bytes::from(format!("{CHUNK}{end}")))
+        },
+    );
+    first.chain(rest)
 }
 
 fn yaml(url: &str) -> String {
@@ -210,6 +237,68 @@ async fn the_gateway_learns_an_engines_step_and_rate_from_its_first_tokens() {
     let url = gw.url("/v1/chat/completions");
     // 1,500 tokens: queued for 800 ms.
     let b = body(77_777, 1500, true);
+    let pending = tokio::spawn(async move { post(&url, &b).await });
+    eventually("the request is queued", || inst.queued_prefill() > 0).await;
+    let charged = inst.queued_prefill();
+    assert!(
+        charged.abs_diff(1500 + overhead as u64) <= 32,
+        "charged {charged} for 1,500 tokens + {overhead}"
+    );
+    assert_eq!(pending.await.unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_streamed_answers_give_a_first_reading_of_step_times_rate() {
+    // No fixed cost a request: an unqueued first token is its prefill alone,
+    // and each later token comes one decode step after the one before.
+    let gw = Gateway::start(&yaml(&engine_with(Duration::ZERO, 12).await)).await;
+    let url = gw.url("/v1/chat/completions");
+    for (i, stream) in [(1, false), (2, true)] {
+        let r = post(&url, &body(i, 1000, stream)).await;
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+    }
+    let p = pace(&gw).await;
+    assert_eq!(
+        p["source"], "default (256 tokens a request)",
+        "one gap: {p}"
+    );
+    assert_eq!(
+        (p["answers"].as_u64(), p["gaps"].as_u64()),
+        (Some(1), Some(1)),
+        "{p}"
+    );
+
+    let r = post(&url, &body(3, 1000, true)).await;
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+    let p = pace(&gw).await;
+    eprintln!("first reading: {p}");
+    assert_eq!(
+        p["source"], "first answers (gap between tokens × prefill rate)",
+        "{p}"
+    );
+    assert_eq!(p["gaps"], 2, "{p}");
+    // 50 ms steps × 2,500 tokens a second = 125 tokens a queued request, in
+    // place of 256. Bounds for a shared host: late sleeps lengthen both the
+    // gap and the first token (lowering the rate the product rests on).
+    let step = p["step_ms"].as_f64().unwrap();
+    let rate = p["tokens_per_s"].as_f64().unwrap();
+    let overhead = p["overhead_tokens"].as_f64().unwrap();
+    assert!((45.0..=90.0).contains(&step), "step {step} ms: {p}");
+    assert!(
+        (RATE * 0.5..=RATE * 1.1).contains(&rate),
+        "rate {rate}: {p}"
+    );
+    assert!(
+        (60.0..=200.0).contains(&overhead),
+        "overhead {overhead}: {p}"
+    );
+
+    // What routing charges a queued request follows at once.
+    let rt = gw.state.runtime.load_full();
+    let inst = &rt.endpoint("pace").unwrap().instances[0];
+    let b = body(4, 1500, true);
     let pending = tokio::spawn(async move { post(&url, &b).await });
     eventually("the request is queued", || inst.queued_prefill() > 0).await;
     let charged = inst.queued_prefill();

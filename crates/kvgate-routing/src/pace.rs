@@ -28,8 +28,10 @@
 //! guess), it has a positive rate, and its standard errors say the rate is
 //! known within [`MAX_RATE_ERROR`] and the overhead within
 //! [`MAX_OVERHEAD_ERROR`] tokens or that fraction of it (times to first token are noisy: a fit of
-//! a few noisy answers must not steer routing); whenever it stops meeting
-//! that, the guess stands. The learned overhead is clamped to [`OVERHEAD_RANGE`]. A
+//! a few noisy answers must not steer routing). Until then, and whenever it
+//! stops meeting that, the first answers' reading stands — the gap between
+//! an answer's tokens (a step) times the prefill rate an unqueued first token
+//! shows ([`pace_prior`], after two answers) — and before any answer, the guess. The learned overhead is clamped to [`OVERHEAD_RANGE`]. A
 //! sample is refused (counted, never moving the fit) when its time is not
 //! positive or above [`MAX_SECS`], or its work absurd; once learned, a
 //! sample's time is clipped to within [`CLIP`]× of the fit's prediction, so
@@ -42,6 +44,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::cost::{REQUEST_OVERHEAD, running_weight};
+
+#[path = "pace_prior.rs"]
+mod pace_prior;
+use pace_prior::Prior;
+pub use pace_prior::{MIN_GAPS, MIN_RATE_WORK};
 
 /// Samples before the fit replaces the guess.
 pub const MIN_ANSWERS: u64 = 16;
@@ -107,7 +114,7 @@ impl Fit {
 
     /// The step in prefill tokens, clamped.
     fn overhead(&self) -> u64 {
-        ((self.step_s * self.rate).round() as u64).clamp(OVERHEAD_RANGE.0, OVERHEAD_RANGE.1)
+        clamp_overhead(self.step_s * self.rate)
     }
 }
 
@@ -169,10 +176,45 @@ impl Sums {
     }
 }
 
+/// What the answers have shown: the fit's sums and the first reading.
+#[derive(Debug, Default, Clone, Copy)]
+struct Seen {
+    sums: Sums,
+    prior: Prior,
+}
+
+impl Seen {
+    /// The overhead to charge: the fit's, else the first reading's, else the guess.
+    fn overhead(&self) -> (u64, Basis) {
+        if let Some(f) = self.sums.fit() {
+            return (f.overhead(), Basis::Fit);
+        }
+        match self.prior.reading() {
+            Some((step_s, rate)) => (clamp_overhead(step_s * rate), Basis::FirstAnswers),
+            None => (REQUEST_OVERHEAD, Basis::Guess),
+        }
+    }
+}
+
+fn clamp_overhead(tokens: f64) -> u64 {
+    (tokens.round() as u64).clamp(OVERHEAD_RANGE.0, OVERHEAD_RANGE.1)
+}
+
+/// What the overhead in use rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// [`REQUEST_OVERHEAD`]: nothing seen yet.
+    Guess,
+    /// The first answers' step × prefill rate ([`pace_prior`]).
+    FirstAnswers,
+    /// The fit of first tokens on work and queue.
+    Fit,
+}
+
 /// One instance's pace, as its streamed answers show it.
 #[derive(Debug)]
 pub struct Pace {
-    sums: Mutex<Sums>,
+    seen: Mutex<Seen>,
     /// The overhead in use, in prefill tokens (the guess until learned).
     overhead: AtomicU64,
     refused: AtomicU64,
@@ -181,7 +223,7 @@ pub struct Pace {
 impl Default for Pace {
     fn default() -> Self {
         Self {
-            sums: Mutex::new(Sums::default()),
+            seen: Mutex::new(Seen::default()),
             overhead: AtomicU64::new(REQUEST_OVERHEAD),
             refused: AtomicU64::new(0),
         }
@@ -195,15 +237,20 @@ pub struct Learned {
     pub overhead_tokens: u64,
     /// Prefill tokens charged for each request decoding on the instance.
     pub running_weight: u64,
-    /// Prefill tokens a second, once learned.
+    /// Prefill tokens a second: the fit's, or the first answers'.
     pub tokens_per_s: Option<f64>,
-    /// What each request queued ahead adds to a first token, once learned.
+    /// What each request queued ahead adds to a first token: the fit's, or
+    /// the first answers' gap between tokens.
     pub step_ms: Option<f64>,
     /// The part of a first token's time no queue explains (HTTP, its own step).
     pub latency_ms: Option<f64>,
     pub answers: u64,
+    /// Answers whose gaps between tokens were seen (the first reading's step).
+    pub gaps: u64,
     pub refused: u64,
+    /// The fit stands.
     pub learned: bool,
+    pub basis: Basis,
 }
 
 impl Pace {
@@ -214,20 +261,35 @@ impl Pace {
             self.refused.fetch_add(1, Relaxed);
             return false;
         }
-        let Ok(mut sums) = self.sums.lock() else {
+        let Ok(mut seen) = self.seen.lock() else {
             return false;
         };
         let (x, q) = (ahead.work as f64, ahead.requests as f64);
-        let y = match sums.fit() {
+        let y = match seen.sums.fit() {
             Some(f) => {
                 let predicted = f.predict(x, q).max(1e-6);
                 secs.clamp(predicted / CLIP, predicted * CLIP)
             }
             None => secs,
         };
-        sums.add(x, q, y);
-        let overhead = sums.fit().map_or(REQUEST_OVERHEAD, |f| f.overhead());
-        self.overhead.store(overhead, Relaxed);
+        seen.sums.add(x, q, y);
+        seen.prior.first_token(ahead.work, ahead.requests, secs);
+        self.overhead.store(seen.overhead().0, Relaxed);
+        true
+    }
+
+    /// A streamed answer decoded with `secs` between its tokens (the mean of
+    /// its first few gaps). Whether the sample was taken.
+    pub fn observe_gap(&self, secs: f64) -> bool {
+        let Ok(mut seen) = self.seen.lock() else {
+            return false;
+        };
+        if !seen.prior.gap(secs) {
+            drop(seen);
+            self.refused.fetch_add(1, Relaxed);
+            return false;
+        }
+        self.overhead.store(seen.overhead().0, Relaxed);
         true
     }
 
@@ -238,167 +300,25 @@ impl Pace {
     }
 
     pub fn snapshot(&self) -> Learned {
-        let sums = self.sums.lock().map(|s| *s).unwrap_or_default();
-        let fit = sums.fit();
-        let overhead = self.overhead_tokens();
+        let seen = self.seen.lock().map(|s| *s).unwrap_or_default();
+        let fit = seen.sums.fit();
+        let (overhead, basis) = seen.overhead();
+        let reading = seen.prior.reading();
         Learned {
             overhead_tokens: overhead,
             running_weight: running_weight(overhead),
-            tokens_per_s: fit.map(|f| f.rate),
-            step_ms: fit.map(|f| f.step_s * 1e3),
+            tokens_per_s: fit.map(|f| f.rate).or(reading.map(|r| r.1)),
+            step_ms: fit.map(|f| f.step_s * 1e3).or(reading.map(|r| r.0 * 1e3)),
             latency_ms: fit.map(|f| f.latency_s * 1e3),
-            answers: sums.n,
+            answers: seen.sums.n,
+            gaps: seen.prior.gaps(),
             refused: self.refused.load(Relaxed),
             learned: fit.is_some(),
+            basis,
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// An engine: `latency_ms` + work at `rate` tokens a second + `step_ms`
-    /// for each request ahead.
-    struct Engine {
-        latency_ms: f64,
-        rate: f64,
-        step_ms: f64,
-    }
-
-    impl Engine {
-        fn answer(&self, p: &Pace, samples: impl IntoIterator<Item = (u64, u64)>) {
-            for (work, requests) in samples {
-                let secs = (self.latency_ms + requests as f64 * self.step_ms) / 1e3
-                    + work as f64 / self.rate;
-                assert!(p.observe(Ahead { work, requests }, secs));
-            }
-        }
-    }
-
-    /// Varied work and queues, the way a loaded instance shows them.
-    fn loaded(n: u64) -> impl Iterator<Item = (u64, u64)> {
-        (0..n).map(|i| ((i * 7919) % 16 * 500 + 100, (i * 31) % 5))
-    }
-
-    const FAST: Engine = Engine {
-        latency_ms: 5.0,
-        rate: 10_000.0,
-        step_ms: 20.0,
-    };
-
-    #[test]
-    fn the_guess_stands_until_the_plane_is_known_then_the_engines_own() {
-        let p = Pace::default();
-        assert_eq!(p.overhead_tokens(), REQUEST_OVERHEAD);
-        FAST.answer(&p, loaded(MIN_ANSWERS - 1));
-        assert_eq!(p.overhead_tokens(), REQUEST_OVERHEAD, "too few answers");
-        FAST.answer(&p, loaded(MIN_ANSWERS).skip(MIN_ANSWERS as usize - 1));
-        let s = p.snapshot();
-        assert!(s.learned, "{s:?}");
-        // 20 ms a queued request at 10,000 tokens a second.
-        assert_eq!(s.overhead_tokens, 200);
-        assert_eq!(s.running_weight, 25);
-        let near = |v: Option<f64>, want: f64| (v.unwrap_or(-1.0) - want).abs() < want * 0.01;
-        assert!(near(s.tokens_per_s, 10_000.0), "{s:?}");
-        assert!(near(s.step_ms, 20.0) && near(s.latency_ms, 5.0), "{s:?}");
-    }
-
-    #[test]
-    fn an_idle_engine_or_one_sized_prompts_keep_the_guess() {
-        let idle = Pace::default();
-        FAST.answer(&idle, (0..100).map(|i| (i % 16 * 500 + 100, 0)));
-        let s = idle.snapshot();
-        assert!(!s.learned && s.answers == 100, "{s:?}");
-        assert_eq!(s.overhead_tokens, REQUEST_OVERHEAD);
-        let same = Pace::default();
-        FAST.answer(&same, (0..100).map(|i| (500, i % 4)));
-        assert!(!same.snapshot().learned);
-        // A queue that grows with the work, in lockstep: no telling them apart.
-        let shadow = Pace::default();
-        FAST.answer(&shadow, (0..100).map(|i| (i % 8 * 500, i % 8)));
-        assert!(!shadow.snapshot().learned);
-    }
-
-    #[test]
-    fn noisy_answers_are_trusted_only_once_they_pin_the_overhead_down() {
-        let p = Pace::default();
-        // ±150 ms of jitter on every answer (a shared, busy host).
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut jitter = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % 301) as f64 / 1e3 - 0.15
-        };
-        let mut answer = |n: u64| {
-            for (work, requests) in loaded(n) {
-                let secs = 0.155 + requests as f64 * 0.02 + work as f64 / 10_000.0 + jitter();
-                p.observe(Ahead { work, requests }, secs);
-            }
-        };
-        answer(20);
-        assert!(!p.snapshot().learned, "{:?}", p.snapshot());
-        assert_eq!(p.overhead_tokens(), REQUEST_OVERHEAD);
-        answer(400);
-        let s = p.snapshot();
-        assert!(s.learned, "{s:?}");
-        assert!(s.overhead_tokens.abs_diff(200) <= 64, "{s:?}");
-    }
-
-    #[test]
-    fn bad_times_never_move_it_and_a_stall_is_clipped() {
-        let p = Pace::default();
-        let ahead = Ahead {
-            work: 1000,
-            requests: 1,
-        };
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, MAX_SECS + 1.0] {
-            assert!(!p.observe(ahead, bad), "{bad}");
-        }
-        let absurd = Ahead {
-            work: MAX_WORK + 1,
-            requests: 0,
-        };
-        assert!(!p.observe(absurd, 1.0));
-        assert_eq!((p.snapshot().refused, p.snapshot().answers), (6, 0));
-        FAST.answer(&p, loaded(64));
-        let before = p.overhead_tokens();
-        assert_eq!(before, 200);
-        // One answer stalled for a minute: clipped to 2x its prediction.
-        assert!(p.observe(ahead, 60.0));
-        let after = p.overhead_tokens();
-        assert!(after.abs_diff(before) < 40, "{before} → {after}");
-    }
-
-    #[test]
-    fn it_follows_a_slower_engine_and_stays_in_range() {
-        let p = Pace::default();
-        FAST.answer(&p, loaded(300));
-        assert_eq!(p.overhead_tokens(), 200);
-        // A heavier model after a restart: 100 ms steps at 4,000 tokens/s.
-        let heavy = Engine {
-            latency_ms: 5.0,
-            rate: 4000.0,
-            step_ms: 100.0,
-        };
-        heavy.answer(&p, loaded(1500));
-        assert!(p.overhead_tokens().abs_diff(400) <= 2, "{:?}", p.snapshot());
-        // A step that dwarfs the prefill is capped; no step at all, floored.
-        let slow = Pace::default();
-        let huge = Engine {
-            step_ms: 5000.0,
-            rate: 100_000.0,
-            ..FAST
-        };
-        huge.answer(&slow, loaded(64));
-        assert_eq!(slow.overhead_tokens(), OVERHEAD_RANGE.1);
-        let lean = Pace::default();
-        let none = Engine {
-            step_ms: 0.0,
-            ..FAST
-        };
-        none.answer(&lean, loaded(64));
-        assert_eq!(lean.overhead_tokens(), OVERHEAD_RANGE.0);
-    }
-}
+#[path = "pace_tests.rs"]
+mod tests;

@@ -14,7 +14,8 @@
 //! charge (`Policy::queued_charge`) of each request dispatched here, held from
 //! dispatch until its first token (or its rejection), as the gateway's
 //! in-flight guard holds it until the first byte; and the instance's pace as
-//! the gateway learns it, each first token a sample (`kvgate_routing::pace`),
+//! the gateway learns it, each first token a sample and each stream's first
+//! decode step its first reading of a step (`kvgate_routing::pace`),
 //! so the what-if charges the overhead the live gateway would.
 //!
 //! The one addition is speed: while every running sequence is decoding, every
@@ -28,6 +29,11 @@ use kvgate_routing::pace::{Ahead, Pace};
 use kvgate_sim::{KvCache, SimConfig};
 
 use super::workload::Workload;
+
+/// Output tokens a streamed chat answer needs for the gateway to read the gap
+/// between its tokens (four events after the first, then six more; a chat
+/// stream ends with up to three that are no tokens).
+const GAP_TOKENS: usize = 8;
 
 /// Capacity and speed of every instance.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -239,6 +245,11 @@ impl Instance {
                         queued_uncached.saturating_sub(charge.saturating_sub(seq.overhead));
                 }
             } else {
+                if seq.generated == 1 && seq.max_tokens >= GAP_TOKENS {
+                    // The gateway's first reading of a step: the gap between
+                    // tokens of a stream long enough to tell.
+                    pace.observe_gap(step.each);
+                }
                 seq.generated += step.count;
             }
             seq.scheduled = 0;
