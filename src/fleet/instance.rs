@@ -529,13 +529,19 @@ impl InflightGuard {
             self.instance
                 .prefill_rate
                 .observe(uncached, self.claimed.elapsed());
-            if let Some(ahead) = self.pace_ahead.take() {
-                self.instance
-                    .pace
-                    .observe(ahead, self.claimed.elapsed().as_secs_f64());
-            }
         }
         self.prefill_done();
+    }
+
+    /// The streamed answer's first token (not its first byte: the Responses
+    /// API sends two events before prefill starts): a sample of the
+    /// instance's pace, if [`Self::time_first_token`] asked for one.
+    pub fn first_token(&mut self) {
+        if let Some(ahead) = self.pace_ahead.take() {
+            self.instance
+                .pace
+                .observe(ahead, self.claimed.elapsed().as_secs_f64());
+        }
     }
 
     /// Time this request's first token as a sample of the instance's pace

@@ -156,9 +156,10 @@ where
                     t.push(chunk.clone());
                 }
                 if let (Some((probe, since)), Some(g)) =
-                    (this.first_token.as_mut(), this.guard.as_ref())
+                    (this.first_token.as_mut(), this.guard.as_mut())
                     && probe.feed(&chunk, std::time::Instant::now())
                 {
+                    g.first_token();
                     let took = since.elapsed();
                     g.instance().series.first_token(took);
                     if let Some(d) = this.decision.as_ref() {

@@ -5,15 +5,20 @@
 //! for the Messages API the first `*_delta` (`content_block_delta`; its
 //! `message_start`, `content_block_start` and `ping` may come before).
 //!
-//! After it, the gap between tokens: the time from the first token to the
-//! [`GAP_EVENTS`]th event after it, over that count, is one engine step (each
-//! step gives every decoding sequence a token) — a sample of the instance's
-//! pace before its fit stands (`kvgate_routing::pace`). Taken only from a
-//! stream that went on for [`TRAILING`] events more, so that the events that
-//! close a stream together (a finish chunk, usage, `[DONE]`; Messages' and
-//! Responses' stop and done events) are never counted as steps; and not
-//! when a chunk before the [`GAP_EVENTS`]th carried two events or more (read
-//! late, their times say nothing of the engine's).
+//! After it, the gap between tokens: the time from the first event after the
+//! first token to the [`GAP_EVENTS`]th event after that one, over that count,
+//! is one engine step (each step gives every decoding sequence a token) — a
+//! sample of the instance's pace before its fit stands
+//! (`kvgate_routing::pace`). It starts one event late because that event may
+//! come with the first at once: vLLM's chat stream sends a role-only chunk and
+//! then the first token's, and an event split across reads ends in the next.
+//! Taken only from a stream that went on for [`TRAILING`] events more, so that
+//! the events that close a stream together (a finish chunk, usage, `[DONE]`;
+//! Messages' and Responses' stop and done events) are never counted as steps;
+//! and not when a chunk in the window carried two events or more (read late,
+//! their times say nothing of the engine's), nor when an event names a choice
+//! other than the first (`n` > 1 gives each choice an event a step; a second
+//! tool call costs a sample, no more).
 //!
 //! Hand-written for the same reason as [`super::usage`]: two byte patterns,
 //! looked for across chunk boundaries, without holding a byte back.
@@ -26,7 +31,7 @@ const DATA: &[u8] = b"data:";
 const TYPE: &[u8] = b"\"type\":\"";
 /// Enough for `"type":"response.reasoning_summary_text.delta"`.
 const TAIL: usize = 64;
-/// Events after the first token whose mean gap is a step.
+/// Events whose mean gap is a step (after the first event after the first token).
 pub const GAP_EVENTS: u32 = 4;
 /// Events a stream must go on for after those, for them to have been tokens.
 pub const TRAILING: u32 = 6;
@@ -46,13 +51,14 @@ pub struct FirstToken {
     event: TokenEvent,
     seen: bool,
     tail: Vec<u8>,
-    /// When the first token came, and events since.
-    first_at: Option<Instant>,
+    /// Events since the first token, and when the first of them came.
     later: u32,
-    /// From the first token to the [`GAP_EVENTS`]th event after it.
+    window_start: Option<Instant>,
+    /// From that event to the [`GAP_EVENTS`]th after it.
     to_gap_events: Option<Duration>,
-    /// Two events or more came in one chunk before that.
-    coalesced: bool,
+    /// Two events or more came in one chunk in the window, or an event named
+    /// a choice other than the first: no step to read.
+    unreadable: bool,
 }
 
 impl FirstToken {
@@ -61,10 +67,10 @@ impl FirstToken {
             event,
             seen: false,
             tail: Vec::new(),
-            first_at: None,
             later: 0,
+            window_start: None,
             to_gap_events: None,
-            coalesced: false,
+            unreadable: false,
         }
     }
 
@@ -82,38 +88,51 @@ impl FirstToken {
         };
         self.tail = window[window.len().saturating_sub(TAIL)..].to_vec();
         if self.seen {
-            self.first_at = Some(now);
             self.tail = Vec::new();
         }
         self.seen
     }
 
     fn count_later(&mut self, chunk: &[u8], now: Instant) {
-        if self.later >= GAP_EVENTS + TRAILING {
+        let window_end = 1 + GAP_EVENTS;
+        if self.later >= window_end + TRAILING {
             return;
         }
         // An event ends at a blank line; a JSON string holds no raw newline.
         let ends =
             memmem::find_iter(chunk, b"\n\n").count() + memmem::find_iter(chunk, b"\n\r\n").count();
-        if ends > 1 && self.later < GAP_EVENTS {
-            self.coalesced = true;
+        if (ends > 1 && self.later < window_end) || names_another_choice(chunk) {
+            self.unreadable = true;
         }
-        self.later = self
-            .later
-            .saturating_add(u32::try_from(ends).unwrap_or(u32::MAX));
-        if self.later >= GAP_EVENTS && self.to_gap_events.is_none() {
-            self.to_gap_events = self.first_at.map(|t| now.saturating_duration_since(t));
+        let before = self.later;
+        self.later = before.saturating_add(u32::try_from(ends).unwrap_or(u32::MAX));
+        if before == 0 && self.later >= 1 {
+            self.window_start = Some(now);
+        }
+        if self.later >= window_end && self.to_gap_events.is_none() {
+            self.to_gap_events = self.window_start.map(|t| now.saturating_duration_since(t));
         }
     }
 
     /// The stream's gap between tokens, once it has gone on long enough to
     /// tell (see the module's docs).
     pub fn gap(&self) -> Option<Duration> {
-        if self.later < GAP_EVENTS + TRAILING || self.coalesced {
+        if self.later < 1 + GAP_EVENTS + TRAILING || self.unreadable {
             return None;
         }
         self.to_gap_events.map(|d| d / GAP_EVENTS)
     }
+}
+
+/// An `"index":` member above 0: a choice other than the first (or a tool
+/// call after the first, which only costs the sample).
+fn names_another_choice(chunk: &[u8]) -> bool {
+    memmem::find_iter(chunk, b"\"index\":").any(|at| {
+        chunk[at + 8..]
+            .iter()
+            .find(|b| **b != b' ')
+            .is_some_and(|b| (b'1'..=b'9').contains(b))
+    })
 }
 
 /// A `"type":"….delta"` or `"type":"…_delta"` member. Client text cannot forge one: a quote inside a
@@ -177,21 +196,23 @@ mod tests {
     fn the_gap_between_tokens_counts_only_a_stream_that_went_on() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let token = b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n";
+        let token = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
         let mut f = FirstToken::new(TokenEvent::Data);
-        assert!(f.feed(token, at(500)));
-        // Tokens every 40 ms.
-        for (n, ms) in [540, 580, 620, 660].into_iter().enumerate() {
+        // vLLM's chat: a role-only chunk, the first token's at once, then
+        // tokens every 40 ms.
+        assert!(f.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n", at(500)));
+        assert!(!f.feed(token, at(501)));
+        for (n, ms) in [541, 581, 621, 661].into_iter().enumerate() {
             assert!(!f.feed(token, at(ms)));
-            assert_eq!(f.gap(), None, "after {n} more: too few to tell");
+            assert_eq!(f.gap(), None, "after {} more: too few to tell", n + 1);
         }
-        for ms in [700, 740, 780] {
+        for ms in [701, 741, 781] {
             f.feed(token, at(ms));
         }
-        // Two in one chunk (the reader was late).
-        f.feed(&[&token[..], &token[..]].concat(), at(820));
-        assert_eq!(f.gap(), None, "nine events after the first: one short");
-        f.feed(b"data: [DONE]\r\n\r\n", at(821));
+        // Two in one chunk, past the window (the reader was late).
+        f.feed(&[&token[..], &token[..]].concat(), at(821));
+        assert_eq!(f.gap(), None, "ten events after the first: one short");
+        f.feed(b"data: [DONE]\r\n\r\n", at(822));
         assert_eq!(f.gap(), Some(Duration::from_millis(40)));
 
         // Two tokens, then the events that close a stream at once: no gap.
@@ -202,12 +223,22 @@ mod tests {
         assert_eq!(short.gap(), None);
 
         // Tokens read late, two to a chunk: not a step.
+        let two = [&token[..], &token[..]].concat();
         let mut late = FirstToken::new(TokenEvent::Data);
         late.feed(token, at(0));
-        let two = [&token[..], &token[..]].concat();
-        for ms in [80, 160, 240, 320, 400] {
+        for ms in [80, 160, 240, 320, 400, 480] {
             late.feed(&two, at(ms));
         }
         assert_eq!(late.gap(), None);
+
+        // `n`: 2, an event a choice a step: not a step each.
+        let second = b"data: {\"choices\":[{\"index\": 1,\"delta\":{\"content\":\"b\"}}]}\n\n";
+        let mut two_choices = FirstToken::new(TokenEvent::Data);
+        two_choices.feed(token, at(0));
+        for k in 1..=12 {
+            two_choices.feed(second, at(k * 40));
+            two_choices.feed(token, at(k * 40 + 1));
+        }
+        assert_eq!(two_choices.gap(), None);
     }
 }

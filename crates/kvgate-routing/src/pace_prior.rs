@@ -20,8 +20,11 @@
 //! tokens: the overhead the cost model charges. On real vLLM on a CPU
 //! (SmolLM2-135M) it is 13–15 tokens — 45 ms steps at 300 tokens a second —
 //! against the 256-token guess; on a 70B model on H100s, 25 ms × 12,000 = 300.
-//! It needs [`MIN_GAPS`] answers' gaps and one rate, so it stands after one or
-//! two answers an instance.
+//! It needs [`MIN_GAPS`] answers' gaps and one rate, so it stands after two
+//! streamed answers an instance. The rate reads low where an answer's own
+//! step and the HTTP hop are much of its time to first token (short prompts
+//! on a fast engine): the charge then errs low, toward the holder, until the
+//! fit stands.
 
 /// Answers whose token gaps are seen before the prior stands.
 pub const MIN_GAPS: u64 = 2;

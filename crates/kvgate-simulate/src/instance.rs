@@ -31,9 +31,9 @@ use kvgate_sim::{KvCache, SimConfig};
 use super::workload::Workload;
 
 /// Output tokens a streamed chat answer needs for the gateway to read the gap
-/// between its tokens (four events after the first, then six more; a chat
-/// stream ends with up to three that are no tokens).
-const GAP_TOKENS: usize = 8;
+/// between its tokens (eleven events after the first token's, its closing
+/// `[DONE]` among them).
+const GAP_TOKENS: usize = 11;
 
 /// Capacity and speed of every instance.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
