@@ -211,6 +211,21 @@ def gateway_counts(base):
     return out
 
 
+def dump_decisions(base, n, path):
+    """Every decision of the pass as the console explains it (per instance:
+    in flight, queued prefill, matched blocks, fill and each cost term), one
+    JSON object a line in `path`: what a pass's placements rest on."""
+    with open(path, "w") as out:
+        for seq in range(n):
+            req = urllib.request.Request(f"{base}/console/api/decisions/{seq}",
+                                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    out.write(r.read().decode() + "\n")
+            except OSError as e:
+                out.write(json.dumps({"seq": seq, "error": repr(e)}) + "\n")
+
+
 def engine_pace(url, model, args, nonce):
     """The engine's own prefill rate and fixed latency, measured directly on
     it while idle: streamed TTFT of cold prompts of three sizes (fresh text,
@@ -328,6 +343,7 @@ def run_pass(strategy, args, env, workdir, order, docs, rnd, cold):
         k, q = order[-1]
         learned = explain(base, messages(docs, k, q), model)
         decisions = gateway_counts(base)
+        dump_decisions(base, len(order), os.path.join(workdir, f"{rnd}-{strategy}-decisions.jsonl"))
         last = results[-1]
         if learned is not None and "error" not in last:
             learned["truth_prompt_tokens"] = last["prompt_tokens"]

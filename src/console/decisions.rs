@@ -100,6 +100,7 @@ pub fn explain(rt: &Runtime, d: &Decision) -> Value {
                 "available": l.available,
                 "queued_prefill_tokens": l.queued_prefill,
                 "matched_blocks": l.matched_blocks,
+                "prefilling": l.prefilling,
                 "cache_full": l.cache_full(),
                 "cache_fill": f64::from(l.cache_fill) / 1000.0,
             });

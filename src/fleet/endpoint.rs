@@ -247,14 +247,14 @@ impl Endpoint {
             if lookup {
                 inst.index.lookup(chain)
             } else {
-                (0, 0)
+                routing::Lookup::default()
             }
         };
         for (n, inst) in self.instances.iter().enumerate() {
-            let (matched, fill, s) = match kv {
+            let (matched, fill, prefilling, s) = match kv {
                 None => {
-                    let (approx, fill) = approx(inst);
-                    (approx, fill, Seen::default())
+                    let l = approx(inst);
+                    (l.matched, l.fill, l.prefilling, Seen::default())
                 }
                 Some(kv) => {
                     let f = feeds.get(n).copied().unwrap_or_default();
@@ -270,19 +270,20 @@ impl Endpoint {
                                 held_blocks: held.blocks,
                                 gpu_blocks: held.gpu_blocks,
                             };
-                            (held.weighted.floor() as usize, fill, s)
+                            let prefilling = held.expected_blocks > 0;
+                            (held.weighted.floor() as usize, fill, prefilling, s)
                         }
                         // Events not live: the approximate index, looked up
                         // only here (its figures are not used beside events).
                         None => {
-                            let (approx, fill) = approx(inst);
+                            let l = approx(inst);
                             let tokens =
-                                approx * self.density.block_tokens(routing.block_chars) as usize;
+                                l.matched * self.density.block_tokens(routing.block_chars) as usize;
                             let s = Seen {
                                 trust: f.trust,
                                 ..Seen::default()
                             };
-                            (tokens / kv.block_size.max(1), fill, s)
+                            (tokens / kv.block_size.max(1), l.fill, l.prefilling, s)
                         }
                     }
                 }
@@ -290,6 +291,7 @@ impl Endpoint {
             loads.push(Load {
                 matched_blocks: matched,
                 cache_fill: fill,
+                prefilling,
                 ..inst.load_at(now_ms)
             });
             seen.push(s);

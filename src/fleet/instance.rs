@@ -6,7 +6,8 @@
 //! leak impossible short of leaking the guard itself. The guard also holds the
 //! request's charge on the instance's queued prefill ([`Load::queued_prefill`]),
 //! given back at the response's first body byte (the engine has prefilled it)
-//! or when the guard drops, whichever comes first.
+//! or when the guard drops, whichever comes first; until then the queue is
+//! believed to drain at the instance's learned prefill rate ([`Drain`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -19,6 +20,7 @@ use axum::http::{HeaderValue, Uri};
 use crate::kv_events::feed::FeedSettings;
 use crate::kv_events::{Feed, Subscription};
 use crate::telemetry;
+use kvgate_routing::drain::Drain;
 use kvgate_routing::pace::Ahead;
 use kvgate_routing::{BlockIndex, Load};
 
@@ -39,6 +41,8 @@ pub struct Instance {
     /// overhead each is charged): what a first token waits for ([`Ahead`]).
     queued_requests: AtomicU64,
     queued_uncached: AtomicU64,
+    /// What the engine is believed to have computed of those uncached tokens.
+    drain: Drain,
     /// Prefill work sent here lately, decaying (a cost tie-break).
     recent_work: super::recent_work::RecentWork,
     /// Its prefill rate as first bytes show it.
@@ -174,6 +178,7 @@ impl Instance {
             queued_prefill: AtomicU64::new(0),
             queued_requests: AtomicU64::new(0),
             queued_uncached: AtomicU64::new(0),
+            drain: Drain::default(),
             recent_work: Default::default(),
             prefill_rate: Default::default(),
             pace: Default::default(),
@@ -284,7 +289,33 @@ impl Instance {
 
     /// Estimated prefill tokens waiting here.
     pub fn queued_prefill(&self) -> u64 {
-        self.queued_prefill.load(Ordering::Relaxed)
+        self.queued_prefill_at(now_ms())
+    }
+
+    /// [`Self::queued_prefill`] at `now` ([`now_ms`]): the charges not yet
+    /// given back, less what the engine is believed to have computed of
+    /// their uncached tokens since they queued ([`Drain`]).
+    pub fn queued_prefill_at(&self, now: u64) -> u64 {
+        let queued = self.queued_prefill.load(Ordering::Relaxed);
+        let uncached = self.queued_uncached.load(Ordering::Relaxed);
+        queued.saturating_sub(self.drain.done(now, uncached, self.prefill_tokens_per_s()))
+    }
+
+    /// Its prefill rate in tokens a second: its pace's (streamed first
+    /// tokens and gaps), else the first bytes'; 0 before either.
+    fn prefill_tokens_per_s(&self) -> f64 {
+        self.pace
+            .tokens_per_s()
+            .or_else(|| self.prefill_rate.tokens_per_s())
+            .unwrap_or(0.0)
+    }
+
+    /// The queue of uncached tokens changes now: `left` of them leave it
+    /// (a first token; 0 when a request joins).
+    fn queue_changes(&self, left: u64) {
+        let queued = self.queued_uncached.load(Ordering::Relaxed);
+        self.drain
+            .change(now_ms(), queued, self.prefill_tokens_per_s(), left);
     }
 
     /// KV capacity in tokens reported by the engine, once learned.
@@ -343,7 +374,7 @@ impl Instance {
     fn own_figures_at(&self, now: u64) -> super::peers::Figures {
         super::peers::Figures {
             in_flight: self.in_flight() as u64,
-            queued_prefill: self.queued_prefill(),
+            queued_prefill: self.queued_prefill_at(now),
             recent_work: self.recent_work.get(now),
         }
     }
@@ -436,12 +467,14 @@ impl Instance {
 
     /// The prefill queued here by this replica: tokens (without overheads)
     /// and requests, for a request about to be claimed ([`Ahead`]).
+    /// What the engine is believed to have computed already is not ahead.
     pub fn queued_ahead(&self, own_uncached: u64) -> Ahead {
+        let queued = self.queued_uncached.load(Ordering::Relaxed);
+        let done = self
+            .drain
+            .done(now_ms(), queued, self.prefill_tokens_per_s());
         Ahead {
-            work: self
-                .queued_uncached
-                .load(Ordering::Relaxed)
-                .saturating_add(own_uncached),
+            work: (queued - done).saturating_add(own_uncached),
             requests: self.queued_requests.load(Ordering::Relaxed),
         }
     }
@@ -450,6 +483,7 @@ impl Instance {
     /// overhead) given back; 0: already given back.
     fn dequeue(&self, p: u64, overhead: u64) {
         if p > 0 {
+            self.queue_changes(p.saturating_sub(overhead));
             self.queued_prefill.fetch_sub(p, Ordering::Relaxed);
             self.queued_requests.fetch_sub(1, Ordering::Relaxed);
             self.queued_uncached
@@ -463,6 +497,9 @@ impl Instance {
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         self.engine.sent();
         let overhead = self.pace.overhead_tokens().min(prefill);
+        if prefill > 0 {
+            self.queue_changes(0);
+        }
         self.queued_prefill.fetch_add(prefill, Ordering::Relaxed);
         if prefill > 0 {
             self.queued_requests.fetch_add(1, Ordering::Relaxed);

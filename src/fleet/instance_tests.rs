@@ -54,18 +54,14 @@ async fn a_non_streaming_charge_is_given_back_once_the_queue_has_drained() {
     let ahead = i.claim(3840);
     let g = i.claim(3840);
     g.release_at_drain(4096);
+    // The charges held (what routing sees is less: the queue drains at the
+    // rate shown meanwhile, a separate matter).
+    let held = || i.queued_prefill.load(Ordering::Relaxed);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(
-        i.queued_prefill(),
-        7680,
-        "given back before it could have drained"
-    );
+    assert_eq!(held(), 7680, "given back before it could have drained");
+    assert!(i.queued_prefill() < 7680, "draining at the rate shown");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        i.queued_prefill(),
-        3840,
-        "its charge given back, not the one ahead"
-    );
+    assert_eq!(held(), 3840, "its charge given back, not the one ahead");
     assert_eq!(i.in_flight(), 2, "the slot is held until the answer ends");
     drop((ahead, g));
     assert_eq!(i.queued_prefill(), 0);

@@ -46,6 +46,13 @@ impl PrefillRate {
             .fetch_update(Relaxed, Relaxed, |old| Some(seen.max(old - old / 64)));
     }
 
+    /// The rate shown, if one has been.
+    pub fn tokens_per_s(&self) -> Option<f64> {
+        Some(self.tokens_per_s.load(Relaxed))
+            .filter(|&r| r > 0)
+            .map(|r| r as f64)
+    }
+
     /// How long `tokens` of prefill take at the rate shown, if one has been.
     pub fn drain_time(&self, tokens: u64) -> Option<Duration> {
         let rate = self.tokens_per_s.load(Relaxed);

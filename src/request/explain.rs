@@ -221,6 +221,8 @@ fn instances_view(
                 v["cached_tokens_estimate"] = json!(c.cached_tokens);
                 v["uncached_tokens"] = json!(c.uncached_tokens);
                 v["queued_prefill_tokens"] = json!(l.queued_prefill);
+                // Its match is being prefilled there now: it joins that prefill.
+                v["prefilling"] = json!(l.prefilling);
                 v["queued_tokens"] = json!(c.queued_tokens);
                 // A copy into a full cache evicts as much as it must prefill.
                 v["cache_full"] = json!(l.cache_full());

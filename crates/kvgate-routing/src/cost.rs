@@ -6,7 +6,9 @@
 //! cost(i) = uncached(i)                     this prompt's own prefill on i
 //!         + queued_prefill(i)               prefill still waiting on i: Σ over its
 //!                                           requests without a first byte yet of
-//!                                           (uncached tokens + overhead(i))
+//!                                           (uncached tokens + overhead(i)), less
+//!                                           what i has computed of them at its
+//!                                           learned rate (crate::drain)
 //!         + running_weight(i) × in_flight(i) decode work sharing i's steps
 //!         + displaced(i)                    what a copy evicts, now or soon:
 //!                                           uncached(i) × the share of i's cache
@@ -52,6 +54,16 @@
 //! whichever instance is idle while its holder is still prefilling it, and
 //! the copies fill small caches (issue 30: `kv_aware` cached 54.7% of prompt
 //! tokens on two fresh vLLM engines against hashing's 63.3%).
+//!
+//! A request whose match on an instance rests on blocks still being
+//! prefilled there (a document's second question while its first is being
+//! prefilled) joins that prefill: an engine schedules waiting requests into
+//! the same steps while its token budget lasts, and the blocks are this
+//! request's own prefix, so the step the request ahead is charged is not one
+//! more to wait for ([`Load::prefilling`]: that one overhead is not charged).
+//! Without it, on a fresh fleet still charging the 256-token guess, the
+//! first two requests for one document went to two instances (issue 30: the
+//! one spread of each real-vLLM first pass, 4 points of prompt tokens).
 //!
 //! The cost compares one request's wait only, though: a shared system
 //! prompt's holder stays cheaper for every new conversation long after it is
@@ -158,8 +170,16 @@ impl CostModel {
     /// The cost of a `prompt_tokens` prompt on an instance with `load`.
     pub fn cost(&self, prompt_tokens: u64, load: &Load) -> Cost {
         let uncached = self.uncached(prompt_tokens, load.matched_blocks);
+        // Joining a prefill of its own prefix in progress, it shares that
+        // request's steps: the step charged for it is not one more to wait.
+        let shared_step = if load.prefilling && load.matched_blocks > 0 {
+            overhead(load)
+        } else {
+            0
+        };
         let queued = load
             .queued_prefill
+            .saturating_sub(shared_step)
             .saturating_add(running_weight(overhead(load)).saturating_mul(load.in_flight as u64));
         let displaced = if load.cache_full() {
             uncached

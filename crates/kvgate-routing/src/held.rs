@@ -176,6 +176,8 @@ pub struct Held {
     pub blocks: usize,
     /// Of those, held on the GPU.
     pub gpu_blocks: usize,
+    /// Of those, expected only: a prompt sent there is prefilling them now.
+    pub expected_blocks: usize,
     /// `blocks`, each weighed by its best tier.
     pub weighted: f64,
 }

@@ -266,6 +266,7 @@ impl HeldIndex {
                 w.cpu
             } else if r & EXPECTED != 0 {
                 // Being prefilled there now: on the GPU by the time it matters.
+                out.expected_blocks += 1;
                 1.0
             } else if shared.is_some_and(|s| s.record(k) & STORED != 0) {
                 w.l2

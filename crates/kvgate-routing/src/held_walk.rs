@@ -162,6 +162,7 @@ pub fn walk(
                 return Held {
                     blocks: l2_len,
                     gpu_blocks: 0,
+                    expected_blocks: 0,
                     weighted: l2_len as f64 * w.l2,
                 };
             }
@@ -169,6 +170,7 @@ pub fn walk(
             Held {
                 blocks: c.iter().map(|&n| n as usize).sum(),
                 gpu_blocks: c[0] as usize,
+                expected_blocks: c[2] as usize,
                 weighted: gpu + exp + cpu * w.cpu + l2 * w.l2,
             }
         })

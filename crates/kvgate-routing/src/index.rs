@@ -67,7 +67,16 @@ struct Inner {
     inserts: u64,
 }
 
-/// When a block was last touched: by which insert, at which clock.
+/// What [`BlockIndex::lookup`] finds for a chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lookup {
+    pub matched: usize,
+    pub fill: u16,
+    pub prefilling: bool,
+}
+
+/// When a block was last touched (at which clock), and by which insert it
+/// was computed.
 #[derive(Debug, Clone, Copy)]
 struct Touch {
     insert: u64,
@@ -167,9 +176,17 @@ impl BlockIndex {
             .and_then(|d| lru.peek(&chain[d]))
             .filter(|t| !inner.pending.contains(&t.insert))
             .map(|t| inner.touches - t.at);
-        for &h in chain.iter().rev() {
+        for (i, &h) in chain.iter().enumerate().rev() {
             inner.touches += 1;
             let at = inner.touches;
+            // A block held already keeps the insert that computed it: a hit
+            // on it is settled once that insert is.
+            if i < from
+                && let Some(t) = lru.get_mut(&h)
+            {
+                t.at = at;
+                continue;
+            }
             lru.put(h, Touch { insert: stamp, at });
         }
         inner.pending.insert(stamp);
@@ -253,13 +270,26 @@ impl BlockIndex {
         self.lock().lru.as_ref().is_some_and(full)
     }
 
-    /// [`matched`](Self::matched) and [`fill`](Self::fill) under one lock.
-    pub fn lookup(&self, chain: &[u64]) -> (usize, u16) {
+    /// [`matched`](Self::matched) and [`fill`](Self::fill) under one lock,
+    /// and whether the deepest matched block is still being prefilled (the
+    /// request that put it here has no answer yet: [`Load::prefilling`]).
+    ///
+    /// [`Load::prefilling`]: crate::Load::prefilling
+    pub fn lookup(&self, chain: &[u64]) -> Lookup {
         let inner = self.lock();
-        inner
-            .lru
-            .as_ref()
-            .map_or((0, 0), |lru| (matched_in(lru, chain), fill_of(lru)))
+        let Some(lru) = inner.lru.as_ref() else {
+            return Lookup::default();
+        };
+        let matched = matched_in(lru, chain);
+        let prefilling = matched
+            .checked_sub(1)
+            .and_then(|d| lru.peek(&chain[d]))
+            .is_some_and(|t| inner.pending.contains(&t.insert));
+        Lookup {
+            matched,
+            fill: fill_of(lru),
+            prefilling,
+        }
     }
 
     /// How full it is, in thousandths of its capacity ([`Load::cache_fill`]).
@@ -312,6 +342,34 @@ mod tests {
         let ins = idx.insert(&a);
         assert_eq!((ins.from, ins.to, ins.len), (6, 10, 10));
         assert_eq!(idx.matched(&a), 10);
+    }
+
+    #[test]
+    fn a_match_is_prefilling_until_the_insert_that_computed_it_settles() {
+        let idx = BlockIndex::new(100, 256);
+        let a = chain(1, 10);
+        let first = idx.insert(&a[..6]);
+        let l = idx.lookup(&a);
+        assert_eq!((l.matched, l.prefilling), (6, true));
+        idx.settle(first.stamp());
+        assert!(!idx.lookup(&a).prefilling);
+        // A later request hitting those blocks does not make them pending
+        // again; the blocks it adds are, until it settles.
+        let second = idx.insert(&a[..6]);
+        assert!(!idx.lookup(&a[..6]).prefilling);
+        let third = idx.insert(&a);
+        assert!(idx.lookup(&a).prefilling);
+        assert!(!idx.lookup(&a[..6]).prefilling);
+        idx.settle(third.stamp());
+        idx.settle(second.stamp());
+        assert_eq!(
+            idx.lookup(&a),
+            Lookup {
+                matched: 10,
+                fill: idx.fill(),
+                prefilling: false
+            }
+        );
     }
 
     #[test]

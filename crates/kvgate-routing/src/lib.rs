@@ -9,6 +9,7 @@
 mod bounded;
 pub mod cost;
 pub mod defaults;
+pub mod drain;
 pub mod held;
 pub mod index;
 mod longest;
@@ -19,7 +20,7 @@ pub mod units;
 
 pub use bounded::PrefixAware;
 pub use cost::{Cost, CostModel};
-pub use index::BlockIndex;
+pub use index::{BlockIndex, Lookup};
 pub use longest::LongestPrefix;
 pub use ring::Ring;
 pub use simple::{LeastOutstanding, Random, RoundRobin};
@@ -142,7 +143,8 @@ pub struct Load {
     pub in_flight: usize,
     /// False while the instance is ejected or cooling down after a failure.
     pub available: bool,
-    /// Estimated prefill tokens of its requests that have no first byte yet.
+    /// Estimated prefill tokens of its requests that have no first byte yet,
+    /// less what its engine is believed to have computed of them ([`drain`]).
     pub queued_prefill: u64,
     /// Leading blocks of this request's chain the instance holds (cache-aware
     /// strategies; 0 otherwise).
@@ -158,6 +160,10 @@ pub struct Load {
     /// Prefill tokens one request costs the instance, as its answers showed
     /// ([`pace::Pace`]); 0: not known, [`cost::REQUEST_OVERHEAD`].
     pub overhead_tokens: u64,
+    /// Its match rests on blocks a request queued there is prefilling now:
+    /// this one would join that prefill's steps, not wait a step behind it
+    /// ([`cost`]).
+    pub prefilling: bool,
 }
 
 impl Load {

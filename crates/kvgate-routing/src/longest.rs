@@ -238,6 +238,35 @@ mod tests {
     }
 
     #[test]
+    fn a_second_request_joins_its_prefix_being_prefilled() {
+        // A fresh fleet, overhead still the guess: the first request for a
+        // 767-token document is prefilling on 0 when the second arrives.
+        let p = policy(2, 8);
+        let holder = Load {
+            queued_prefill: 767 + 256,
+            matched_blocks: 11,
+            cache_fill: 275,
+            prefilling: true,
+            ..Load::with_in_flight(1)
+        };
+        let loads = [holder, Load::with_in_flight(0)];
+        let plan = p.plan(&req(767), &loads);
+        assert_eq!((plan.order[0], plan.reason), (0, Reason::CacheHit));
+        let costs = p.costs(&req(767), &loads).unwrap_or_default();
+        assert_eq!(costs[0].queued_tokens, 767 + RUNNING_WEIGHT, "{costs:?}");
+        // Behind a prefill of blocks already cached (another request's
+        // hit), the step ahead is one more to wait: 1,135 against 1,119.
+        let settled = [
+            Load {
+                prefilling: false,
+                ..holder
+            },
+            loads[1],
+        ];
+        assert_eq!(p.plan(&req(767), &settled).order[0], 1);
+    }
+
+    #[test]
     fn a_partial_holder_is_preferred_when_spreading() {
         let p = policy(3, 64);
         let mut loads = [0, 0, 0].map(Load::with_in_flight);

@@ -184,6 +184,14 @@ struct Seen {
 }
 
 impl Seen {
+    /// The prefill rate: the fit's, else the first reading's.
+    fn rate(&self) -> Option<f64> {
+        self.sums
+            .fit()
+            .map(|f| f.rate)
+            .or(self.prior.reading().map(|r| r.1))
+    }
+
     /// The overhead to charge: the fit's, else the first reading's, else the guess.
     fn overhead(&self) -> (u64, Basis) {
         if let Some(f) = self.sums.fit() {
@@ -217,6 +225,8 @@ pub struct Pace {
     seen: Mutex<Seen>,
     /// The overhead in use, in prefill tokens (the guess until learned).
     overhead: AtomicU64,
+    /// The prefill rate in use, tokens a second as `f64` bits (0: none yet).
+    rate: AtomicU64,
     refused: AtomicU64,
 }
 
@@ -225,6 +235,7 @@ impl Default for Pace {
         Self {
             seen: Mutex::new(Seen::default()),
             overhead: AtomicU64::new(REQUEST_OVERHEAD),
+            rate: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }
     }
@@ -274,7 +285,7 @@ impl Pace {
         };
         seen.sums.add(x, q, y);
         seen.prior.first_token(ahead.work, ahead.requests, secs);
-        self.overhead.store(seen.overhead().0, Relaxed);
+        self.publish(&seen);
         true
     }
 
@@ -289,14 +300,27 @@ impl Pace {
             self.refused.fetch_add(1, Relaxed);
             return false;
         }
-        self.overhead.store(seen.overhead().0, Relaxed);
+        self.publish(&seen);
         true
+    }
+
+    /// What routing reads without the lock: the overhead and the rate.
+    fn publish(&self, seen: &Seen) {
+        self.overhead.store(seen.overhead().0, Relaxed);
+        self.rate
+            .store(seen.rate().unwrap_or(0.0).to_bits(), Relaxed);
     }
 
     /// Prefill tokens one request costs its instance's queue: learned, or
     /// [`REQUEST_OVERHEAD`].
     pub fn overhead_tokens(&self) -> u64 {
         self.overhead.load(Relaxed)
+    }
+
+    /// Prefill tokens a second: the fit's, or the first answers' reading;
+    /// `None` before either (what drains a queued charge, [`crate::drain`]).
+    pub fn tokens_per_s(&self) -> Option<f64> {
+        Some(f64::from_bits(self.rate.load(Relaxed))).filter(|r| r.is_finite() && *r > 0.0)
     }
 
     pub fn snapshot(&self) -> Learned {

@@ -149,6 +149,7 @@ fn it_follows_a_slower_engine_and_stays_in_range() {
 #[test]
 fn the_first_answers_reading_replaces_the_guess_until_the_fit_stands() {
     let p = Pace::default();
+    assert_eq!(p.tokens_per_s(), None, "no rate to drain a queue by yet");
     // A CPU engine: 45 ms steps, 300 prefill tokens a second, idle.
     assert!(p.observe(
         Ahead {
@@ -159,6 +160,7 @@ fn the_first_answers_reading_replaces_the_guess_until_the_fit_stands() {
     ));
     assert!(p.observe_gap(0.045));
     assert_eq!(p.overhead_tokens(), REQUEST_OVERHEAD, "one gap: the guess");
+    assert_eq!(p.tokens_per_s(), None, "one gap: no reading");
     assert!(p.observe_gap(0.050));
     let s = p.snapshot();
     assert_eq!(s.basis, Basis::FirstAnswers, "{s:?}");
@@ -169,6 +171,7 @@ fn the_first_answers_reading_replaces_the_guess_until_the_fit_stands() {
         (s.tokens_per_s.unwrap_or_default() - 300.0).abs() < 1e-6,
         "{s:?}"
     );
+    assert_eq!(p.tokens_per_s(), s.tokens_per_s, "what drains its queue");
     // A GPU engine: 20 ms at 10,000 a second.
     let gpu = Pace::default();
     gpu.observe(
@@ -190,4 +193,9 @@ fn the_first_answers_reading_replaces_the_guess_until_the_fit_stands() {
         "{s:?}"
     );
     assert_eq!(s.refused, 1);
+    let rate = gpu.tokens_per_s().unwrap_or_default();
+    assert!(
+        (rate - FAST.rate).abs() < FAST.rate * 0.02,
+        "the fit's: {rate}"
+    );
 }

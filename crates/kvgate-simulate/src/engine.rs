@@ -87,6 +87,19 @@ impl Tally {
     }
 }
 
+/// Settle instance `i`'s inserts whose request has had its first token
+/// (or was refused: it will not have one).
+fn settle(indexes: &Option<Indexes<'_>>, pending: &mut Vec<(usize, u64)>, i: usize, rec: &Record) {
+    let Some(x) = indexes else { return };
+    pending.retain(|&(req, stamp)| {
+        let answered = rec.ttft.get(req).is_none_or(|t| !t.is_nan());
+        if answered {
+            x.of[i].settle(stamp);
+        }
+        !answered
+    });
+}
+
 /// The gateway's per-instance indexes and what they are looked up with.
 struct Indexes<'a> {
     chains: &'a Chains,
@@ -128,6 +141,9 @@ pub fn run(
         cold: 0,
         believed: 0,
     };
+    // Each instance's inserts whose request has no first token yet, by
+    // request: settled at the first token, as the gateway's guard does.
+    let mut unsettled: Vec<Vec<(usize, u64)>> = vec![Vec::new(); n];
     let mut next = 0usize;
     loop {
         let step = fleet
@@ -139,17 +155,22 @@ pub fn run(
         match (arrival, step) {
             // A step ending at an arrival's instant finishes first, so its
             // finished requests no longer count as in flight.
-            (Some(at), Some((i, end))) if end <= at => fleet[i].finish(w, &mut rec),
+            (Some(at), Some((i, end))) if end <= at => {
+                fleet[i].finish(w, &mut rec);
+                settle(&indexes, &mut unsettled[i], i, &rec);
+            }
             (Some(at), _) => {
                 let chain = indexes.as_ref().map_or(&[][..], |x| x.chains.chain(next));
                 for (i, (load, inst)) in loads.iter_mut().zip(&fleet).enumerate() {
                     load.in_flight = inst.in_flight();
-                    load.queued_prefill = inst.queued_prefill();
+                    load.queued_prefill = inst.queued_prefill(at);
                     load.overhead_tokens = inst.overhead_tokens();
                     load.recent_work = work[i];
                     if let Some(x) = &indexes {
-                        load.matched_blocks = x.of[i].matched(chain);
-                        load.cache_fill = x.of[i].fill();
+                        let l = x.of[i].lookup(chain);
+                        load.matched_blocks = l.matched;
+                        load.cache_fill = l.fill;
+                        load.prefilling = l.prefilling;
                     }
                 }
                 let request = Request {
@@ -167,12 +188,16 @@ pub fn run(
                 if let Some(x) = &indexes {
                     let uncached = x.model.uncached(request.prompt_tokens, load.matched_blocks);
                     tally.believed += request.prompt_tokens - uncached;
-                    x.of[target].insert(chain);
+                    let stamp = x.of[target].insert(chain).stamp();
+                    unsettled[target].push((next, stamp));
                 }
                 fleet[target].submit(next, at, charge, w, &mut rec);
                 next += 1;
             }
-            (None, Some((i, _))) => fleet[i].finish(w, &mut rec),
+            (None, Some((i, _))) => {
+                fleet[i].finish(w, &mut rec);
+                settle(&indexes, &mut unsettled[i], i, &rec);
+            }
             (None, None) => break,
         }
     }

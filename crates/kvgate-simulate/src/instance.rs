@@ -16,7 +16,8 @@
 //! in-flight guard holds it until the first byte; and the instance's pace as
 //! the gateway learns it, each first token a sample and each stream's first
 //! decode step its first reading of a step (`kvgate_routing::pace`),
-//! so the what-if charges the overhead the live gateway would.
+//! so the what-if charges the overhead the live gateway would, and drains
+//! the queued charges at the rate it has learned (`kvgate_routing::drain`).
 //!
 //! The one addition is speed: while every running sequence is decoding, every
 //! step is alike, so the run of steps up to the next sequence's last token is
@@ -25,6 +26,7 @@
 
 use std::collections::VecDeque;
 
+use kvgate_routing::drain::Drain;
 use kvgate_routing::pace::{Ahead, Pace};
 use kvgate_sim::{KvCache, SimConfig};
 
@@ -134,8 +136,15 @@ pub struct Instance {
     /// Those requests, and their charges without the overheads.
     queued_requests: u64,
     queued_uncached: u64,
+    /// What the gateway believes computed of those uncached tokens.
+    drain: Drain,
     /// Its pace as the gateway learns it from first tokens.
     pace: Pace,
+}
+
+/// Virtual seconds as the gateway's millisecond clock.
+fn ms(t: f64) -> u64 {
+    (t.max(0.0) * 1e3) as u64
 }
 
 impl Instance {
@@ -149,6 +158,7 @@ impl Instance {
             queued: 0,
             queued_requests: 0,
             queued_uncached: 0,
+            drain: Drain::default(),
             pace: Pace::default(),
         }
     }
@@ -164,10 +174,20 @@ impl Instance {
         self.waiting.len() + self.running.len()
     }
 
-    /// Prefill tokens charged to requests here that have no first token yet:
-    /// what the gateway's `Load::queued_prefill` reads.
-    pub fn queued_prefill(&self) -> u64 {
-        self.queued
+    /// Prefill tokens charged to requests here that have no first token yet,
+    /// less what the gateway believes computed of them at `now`: what its
+    /// `Load::queued_prefill` reads.
+    pub fn queued_prefill(&self, now: f64) -> u64 {
+        self.queued.saturating_sub(self.done(now))
+    }
+
+    /// Of the queued uncached tokens, those the gateway believes computed.
+    fn done(&self, now: f64) -> u64 {
+        self.drain.done(ms(now), self.queued_uncached, self.rate())
+    }
+
+    fn rate(&self) -> f64 {
+        self.pace.tokens_per_s().unwrap_or(0.0)
     }
 
     /// When the step in progress ends, if one is.
@@ -183,9 +203,13 @@ impl Instance {
         let total_blocks = (r.prompt_tokens + r.output_tokens).div_ceil(bs);
         let overhead = self.pace.overhead_tokens().min(charge);
         let ahead = Ahead {
-            work: self.queued_uncached + (charge - overhead),
+            work: self.queued_uncached - self.done(now) + (charge - overhead),
             requests: self.queued_requests,
         };
+        if charge > 0 {
+            self.drain
+                .change(ms(now), self.queued_uncached, self.rate(), 0);
+        }
         self.queued_requests += 1;
         self.queued_uncached += charge - overhead;
         self.waiting.push_back(Seq {
@@ -219,7 +243,7 @@ impl Instance {
         let now = step.end();
         let bs = self.timing.block_size;
         let cache = &mut self.cache;
-        let (queued, pace) = (&mut self.queued, &self.pace);
+        let (queued, pace, drain) = (&mut self.queued, &self.pace, &self.drain);
         let (queued_requests, queued_uncached) =
             (&mut self.queued_requests, &mut self.queued_uncached);
         self.running.retain_mut(|seq| {
@@ -239,6 +263,9 @@ impl Instance {
                     rec.ttft[seq.req] = now - seq.arrived;
                     pace.observe(seq.ahead, now - seq.arrived);
                     let charge = std::mem::take(&mut seq.charge);
+                    let uncached = charge.saturating_sub(seq.overhead);
+                    let rate = pace.tokens_per_s().unwrap_or(0.0);
+                    drain.change(ms(now), *queued_uncached, rate, uncached);
                     *queued = queued.saturating_sub(charge);
                     *queued_requests = queued_requests.saturating_sub(1);
                     *queued_uncached =
@@ -284,6 +311,9 @@ impl Instance {
                     // Even an empty cache cannot hold it (kvgate-sim refuses these);
                     // its error answer ends the gateway's charge.
                     if let Some(s) = self.waiting.pop_front() {
+                        let uncached = s.charge.saturating_sub(s.overhead);
+                        self.drain
+                            .change(ms(now), self.queued_uncached, self.rate(), uncached);
                         self.queued = self.queued.saturating_sub(s.charge);
                         self.queued_requests = self.queued_requests.saturating_sub(1);
                         self.queued_uncached = self

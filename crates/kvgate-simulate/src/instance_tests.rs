@@ -113,13 +113,13 @@ fn charges_stay_queued_until_the_first_token_or_a_rejection() {
     let mut rec = Record::new(3);
     inst.submit(0, 0.0, 356, &w, &mut rec);
     inst.submit(1, 0.0, 300, &w, &mut rec);
-    assert_eq!(inst.queued_prefill(), 656);
+    assert_eq!(inst.queued_prefill(0.0), 656);
     // The first's prefill step ends at 0.1 s: its first token releases its charge.
     inst.finish(&w, &mut rec);
-    assert_eq!(inst.queued_prefill(), 300);
+    assert_eq!(inst.queued_prefill(0.1), 300, "no rate yet: nothing drains");
     run_until(&mut inst, &w, &mut rec, f64::INFINITY);
-    assert_eq!(inst.queued_prefill(), 0);
+    assert_eq!(inst.queued_prefill(1.0), 0);
     // A request no cache can hold is answered at once: nothing stays queued.
     inst.submit(2, 1.0, 1_000, &w, &mut rec);
-    assert_eq!((rec.rejected, inst.queued_prefill()), (1, 0));
+    assert_eq!((rec.rejected, inst.queued_prefill(1.0)), (1, 0));
 }
