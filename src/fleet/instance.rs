@@ -297,8 +297,15 @@ impl Instance {
     /// their uncached tokens since they queued ([`Drain`]).
     pub fn queued_prefill_at(&self, now: u64) -> u64 {
         let queued = self.queued_prefill.load(Ordering::Relaxed);
-        let uncached = self.queued_uncached.load(Ordering::Relaxed);
-        queued.saturating_sub(self.drain.done(now, uncached, self.prefill_tokens_per_s()))
+        queued.saturating_sub(self.drained(now).1)
+    }
+
+    /// The queued uncached tokens at `now`, and how many of them are
+    /// believed computed already.
+    fn drained(&self, now: u64) -> (u64, u64) {
+        let queued = self.queued_uncached.load(Ordering::Relaxed);
+        let done = self.drain.done(now, queued, self.prefill_tokens_per_s());
+        (queued, done)
     }
 
     /// Its prefill rate in tokens a second: its pace's (streamed first
@@ -469,10 +476,7 @@ impl Instance {
     /// and requests, for a request about to be claimed ([`Ahead`]).
     /// What the engine is believed to have computed already is not ahead.
     pub fn queued_ahead(&self, own_uncached: u64) -> Ahead {
-        let queued = self.queued_uncached.load(Ordering::Relaxed);
-        let done = self
-            .drain
-            .done(now_ms(), queued, self.prefill_tokens_per_s());
+        let (queued, done) = self.drained(now_ms());
         Ahead {
             work: (queued - done).saturating_add(own_uncached),
             requests: self.queued_requests.load(Ordering::Relaxed),
@@ -499,9 +503,7 @@ impl Instance {
         let overhead = self.pace.overhead_tokens().min(prefill);
         if prefill > 0 {
             self.queue_changes(0);
-        }
-        self.queued_prefill.fetch_add(prefill, Ordering::Relaxed);
-        if prefill > 0 {
+            self.queued_prefill.fetch_add(prefill, Ordering::Relaxed);
             self.queued_requests.fetch_add(1, Ordering::Relaxed);
             self.queued_uncached
                 .fetch_add(prefill - overhead, Ordering::Relaxed);
