@@ -99,6 +99,7 @@ pub fn explain(rt: &Runtime, d: &Decision) -> Value {
                 "in_flight": l.in_flight,
                 "available": l.available,
                 "queued_prefill_tokens": l.queued_prefill,
+                "waiting": l.waiting,
                 "matched_blocks": l.matched_blocks,
                 "prefilling": l.prefilling,
                 "cache_full": l.cache_full(),
@@ -110,6 +111,7 @@ pub fn explain(rt: &Runtime, d: &Decision) -> Value {
                 row["queued_tokens"] = json!(c.queued_tokens);
                 row["displaced_tokens"] = json!(c.displaced_tokens);
                 row["duplicated_tokens"] = json!(c.duplicated_tokens);
+                row["delayed_tokens"] = json!(c.delayed_tokens);
                 row["cost"] = json!(c.total);
             }
             row

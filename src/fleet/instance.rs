@@ -367,6 +367,7 @@ impl Instance {
             in_flight: usize::try_from(fleet.in_flight.max(engine)).unwrap_or(usize::MAX),
             available: self.available_at(now),
             queued_prefill: fleet.queued_prefill,
+            waiting: usize::try_from(fleet.queued_requests).unwrap_or(usize::MAX),
             recent_work: fleet.recent_work,
             overhead_tokens: self.pace.overhead_tokens(),
             ..Load::default()
@@ -382,6 +383,7 @@ impl Instance {
         super::peers::Figures {
             in_flight: self.in_flight() as u64,
             queued_prefill: self.queued_prefill_at(now),
+            queued_requests: self.queued_requests.load(Ordering::Relaxed),
             recent_work: self.recent_work.get(now),
         }
     }

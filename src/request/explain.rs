@@ -221,6 +221,7 @@ fn instances_view(
                 v["cached_tokens_estimate"] = json!(c.cached_tokens);
                 v["uncached_tokens"] = json!(c.uncached_tokens);
                 v["queued_prefill_tokens"] = json!(l.queued_prefill);
+                v["waiting"] = json!(l.waiting);
                 // Its match is being prefilled there now: it joins that prefill.
                 v["prefilling"] = json!(l.prefilling);
                 v["queued_tokens"] = json!(c.queued_tokens);
@@ -229,6 +230,8 @@ fn instances_view(
                 v["cache_fill"] = json!(f64::from(l.cache_fill) / 1000.0);
                 v["displaced_tokens"] = json!(c.displaced_tokens);
                 v["duplicated_tokens"] = json!(c.duplicated_tokens);
+                // What its prefill would add to the waits of those waiting there.
+                v["delayed_tokens"] = json!(c.delayed_tokens);
                 v["recent_work_tokens"] = json!(l.recent_work);
                 v["pace"] = pace(i);
                 v["cost"] = json!(c.total);

@@ -362,3 +362,50 @@ async fn an_evicted_prefix_no_longer_attracts_traffic() {
     }
     panic!("60 new prompts never pushed the old one out of {home}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_prompt_is_charged_the_wait_it_adds_beside_a_request_still_waiting() {
+    let ups = upstreams(2, Mode::Delay(Duration::from_secs(3))).await;
+    let gw = Gateway::start(&yaml("beside", &ids(&ups), &[], "")).await;
+    // A request whose answer has not begun: it waits for its first byte.
+    let req = request(&gw, "/v1/chat/completions", None, &chat(&text(1, 400)));
+    let held = tokio::spawn(async move { req.send().await.unwrap().status().as_u16() });
+    let cold = chat(&text(2, 800));
+    let mut v = Value::Null;
+    for _ in 0..200 {
+        v = explain(&gw, None, &cold).await;
+        if ["u0", "u1"].iter().any(|id| num(&v, id, "waiting") == 1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (busy, quiet) = if num(&v, "u0", "waiting") == 1 {
+        ("u0", "u1")
+    } else {
+        ("u1", "u0")
+    };
+    assert_eq!(num(&v, busy, "waiting"), 1, "{v}");
+    // Its prefill would hold the waiting request back by all of its own.
+    assert!(num(&v, busy, "uncached_tokens") >= 700, "{v}");
+    assert_eq!(
+        num(&v, busy, "delayed_tokens"),
+        num(&v, busy, "uncached_tokens"),
+        "{v}"
+    );
+    assert_eq!(
+        (num(&v, quiet, "waiting"), num(&v, quiet, "delayed_tokens")),
+        (0, 0),
+        "{v}"
+    );
+    assert_eq!(v["chosen"], quiet, "{v}");
+    // Once the answer has come, nothing waits and nothing is delayed.
+    assert_eq!(held.await.unwrap(), 200);
+    let v = explain(&gw, None, &cold).await;
+    for id in ["u0", "u1"] {
+        assert_eq!(
+            (num(&v, id, "waiting"), num(&v, id, "delayed_tokens")),
+            (0, 0),
+            "{v}"
+        );
+    }
+}

@@ -17,6 +17,9 @@
 //!                                           this choice, while the fleet is busy:
 //!                                           (uncached(i) − least uncached anywhere)
 //!                                           × share of instances with requests
+//!         + delayed(i)                      the wait this prefill adds to requests
+//!                                           already waiting for a first token on i:
+//!                                           uncached(i) × waiting(i)
 //! uncached(i) = prompt_tokens − min(prompt_tokens, matched_blocks(i) × block_tokens)
 //! ```
 //!
@@ -54,6 +57,21 @@
 //! whichever instance is idle while its holder is still prefilling it, and
 //! the copies fill small caches (issue 30: `kv_aware` cached 54.7% of prompt
 //! tokens on two fresh vLLM engines against hashing's 63.3%).
+//!
+//! `delayed` is the wait a choice adds for the requests already there. An
+//! engine fills each step's token budget from every request still
+//! prefilling, so a step lasts as long as the tokens it computes: a
+//! request's own uncached prefill holds back the first token of every
+//! request still waiting on that instance by as long as it takes. A cold
+//! prompt on a quiet instance costs only itself; the same prompt beside a
+//! cache hit that is a step from its first token costs that hit the whole
+//! prefill (issue 30: on two fresh vLLM engines, `kv_aware` sent a new
+//! document to the instance where a second question had just been queued,
+//! rather than the idle one, because the idle one's cache was fuller, and
+//! that question's first token came after 11.9 s instead of ~0.7 s). The
+//! term counts requests without a first byte only: decoding requests are
+//! slowed by a prefill too, but not their time to first token, and a queue
+//! longer than one step's budget is not all held back (an upper bound).
 //!
 //! A request whose match on an instance rests on blocks still being
 //! prefilled there (a document's second question while its first is being
@@ -120,7 +138,10 @@ pub struct Cost {
     /// Prefill the fleet does only because of this choice, weighed by how
     /// busy the fleet is ([`Fleet`]).
     pub duplicated_tokens: u64,
-    /// `uncached_tokens + queued_tokens + displaced_tokens + duplicated_tokens`.
+    /// The wait its prefill adds to the requests waiting there for a first
+    /// token: `uncached_tokens` × [`Load::waiting`].
+    pub delayed_tokens: u64,
+    /// The sum of the five.
     pub total: u64,
 }
 
@@ -186,13 +207,18 @@ impl CostModel {
         } else {
             uncached.saturating_mul(u64::from(load.cache_fill)) / u64::from(FULL_SCALE)
         };
+        let delayed = uncached.saturating_mul(load.waiting as u64);
         Cost {
             cached_tokens: prompt_tokens - uncached,
             uncached_tokens: uncached,
             queued_tokens: queued,
             displaced_tokens: displaced,
             duplicated_tokens: 0,
-            total: uncached.saturating_add(queued).saturating_add(displaced),
+            delayed_tokens: delayed,
+            total: uncached
+                .saturating_add(queued)
+                .saturating_add(displaced)
+                .saturating_add(delayed),
         }
     }
 
@@ -341,6 +367,30 @@ mod tests {
         // An idle fleet: a copy delays nobody.
         let calm = Fleet::of(&own, [&idle, &idle].into_iter());
         assert_eq!(own[1].in_fleet(&calm), own[1]);
+    }
+
+    #[test]
+    fn a_prefill_beside_waiting_requests_costs_each_of_them_its_length() {
+        let m = CostModel::for_block_chars(256);
+        // Issue 30's decision: a new document (uncached everywhere), one
+        // instance idle with a fuller cache, the other with a second question
+        // just queued (37 tokens) and an emptier cache.
+        let mut idle = load(0, 0, 0);
+        idle.cache_fill = 550;
+        let mut beside = load(0, 37, 1);
+        beside.cache_fill = 350;
+        beside.waiting = 1;
+        let (i, b) = (m.cost(437, &idle), m.cost(437, &beside));
+        assert_eq!((i.delayed_tokens, b.delayed_tokens), (0, 437));
+        assert!(i.total < b.total, "{i:?} {b:?}");
+        // Without the term the emptier cache wins, and the queued question
+        // waits for the whole document.
+        beside.waiting = 0;
+        assert!(m.cost(437, &beside).total < i.total);
+        // A cache hit adds only its own few tokens to each request waiting.
+        let mut holder = load(6, 300, 2);
+        holder.waiting = 2;
+        assert_eq!(m.cost(437, &holder).delayed_tokens, 2 * 53);
     }
 
     #[test]

@@ -146,6 +146,10 @@ pub struct Load {
     /// Estimated prefill tokens of its requests that have no first byte yet,
     /// less what its engine is believed to have computed of them ([`drain`]).
     pub queued_prefill: u64,
+    /// Requests there without a first byte yet (the fleet's, not one
+    /// replica's): this request's prefill would share their steps and delay
+    /// each of them by as much ([`cost`]).
+    pub waiting: usize,
     /// Leading blocks of this request's chain the instance holds (cache-aware
     /// strategies; 0 otherwise).
     pub matched_blocks: usize,

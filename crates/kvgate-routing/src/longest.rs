@@ -244,6 +244,7 @@ mod tests {
         let p = policy(2, 8);
         let holder = Load {
             queued_prefill: 767 + 256,
+            waiting: 1,
             matched_blocks: 11,
             cache_fill: 275,
             prefilling: true,

@@ -164,6 +164,7 @@ pub fn run(
                 for (i, (load, inst)) in loads.iter_mut().zip(&fleet).enumerate() {
                     load.in_flight = inst.in_flight();
                     load.queued_prefill = inst.queued_prefill(at);
+                    load.waiting = inst.queued_requests();
                     load.overhead_tokens = inst.overhead_tokens();
                     load.recent_work = work[i];
                     if let Some(x) = &indexes {

@@ -174,6 +174,11 @@ impl Instance {
         self.waiting.len() + self.running.len()
     }
 
+    /// Requests dispatched here with no first token yet (`Load::waiting`).
+    pub fn queued_requests(&self) -> usize {
+        usize::try_from(self.queued_requests).unwrap_or(usize::MAX)
+    }
+
     /// Prefill tokens charged to requests here that have no first token yet,
     /// less what the gateway believes computed of them at `now`: what its
     /// `Load::queued_prefill` reads.

@@ -196,6 +196,7 @@ async function explain(seq) {
     el("td", {}, fmt(i.uncached_tokens)),
     el("td", {}, fmt(i.queued_tokens)),
     el("td", {}, fmt(i.displaced_tokens)),
+    el("td", {}, fmt(i.delayed_tokens)),
     el("td", {}, fmt(i.cost))));
   body.replaceChildren(
     el("h2", {}, "Decision " + d.seq),
@@ -209,7 +210,7 @@ async function explain(seq) {
     el("p", { class: "small" }, "Replayed on the loads it saw: " + (x.replayed_choice || "–") + " (" + (x.replayed_reason || "–") +
       "); preference on an idle fleet: " + (x.preference_order || []).join(" → ")),
     el("div", { class: "scroll" }, el("table", {},
-      el("thead", {}, el("tr", {}, ...["instance", "available", "in flight", "matched blocks", "cached (est.)", "uncached", "queued", "displaced", "cost"].map((t) => el("th", {}, t)))),
+      el("thead", {}, el("tr", {}, ...["instance", "available", "in flight", "matched blocks", "cached (est.)", "uncached", "queued", "displaced", "delayed", "cost"].map((t) => el("th", {}, t)))),
       el("tbody", {}, ...rows))));
 }
 
