@@ -2,7 +2,9 @@
 //! few turns) with the SmolLM2 fixture: cold (segment cache cleared before
 //! each call), warm (the same body again) and a new question (system prompt
 //! and earlier turns seen, the last user turn new), which is the common case
-//! on the `kv_aware` request path. Target: well under 1 ms median warm.
+//! on the `kv_aware` request path; and a new tool output (an agent's next
+//! turn: a 2 KiB test log, digit-dense, every line new). Target: well under
+//! 1 ms median warm.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -120,7 +122,33 @@ fn bench(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    let n = AtomicU64::new(0);
+    g.bench_function("warm_new_tool_output", |b| {
+        b.iter_batched(
+            || body_with_last(&body, test_log(n.fetch_add(1, Ordering::Relaxed))),
+            |fresh| black_box(tok.chat(&fresh, usize::MAX)),
+            BatchSize::SmallInput,
+        )
+    });
     g.finish();
+}
+
+/// About 2 KiB of a test run's log, its numbers new for each `n`.
+fn test_log(n: u64) -> String {
+    let mut out = String::new();
+    for i in 0..40 {
+        let ms = (n * 7919 + i * 104_729) % 9973;
+        out.push_str(&format!("test suite_{n}::case_{i} ... ok ({ms} ms)\n"));
+    }
+    out
+}
+
+fn body_with_last(base: &Value, content: String) -> Value {
+    let mut body = base.clone();
+    if let Some(last) = body.pointer_mut("/messages/3/content") {
+        *last = Value::from(content);
+    }
+    body
 }
 
 fn body_with_question(base: &Value, n: u64) -> Value {

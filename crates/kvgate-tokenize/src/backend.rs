@@ -18,6 +18,7 @@ use aho_corasick::{AhoCorasick, MatchKind};
 use tiktoken_rs::CoreBPE;
 
 use crate::Tokens;
+use crate::byte_level::ByteLevelBpe;
 use crate::cache::SegmentCache;
 
 const CACHE_ENTRIES: NonZeroUsize = match NonZeroUsize::new(4096) {
@@ -44,19 +45,23 @@ pub(crate) struct Backend {
     /// (e.g. a BOS); `None` when that could not be worked out, so such encodes
     /// go whole.
     wrap: Option<(Vec<u32>, Vec<u32>)>,
+    /// The hand-run pre-tokenizer for segments, where it gives the
+    /// library's ids (see `byte_level`).
+    fast: Option<ByteLevelBpe>,
     cache: SegmentCache,
 }
 
 impl Backend {
     pub(crate) fn new(model: Model) -> Self {
-        let (splitter, wrap) = match &model {
-            Model::Hf(tok) => (hf_splitter(tok), hf_wrap(tok)),
-            Model::Tiktoken(bpe) => (tiktoken_splitter(bpe), Some((Vec::new(), Vec::new()))),
+        let (splitter, wrap, fast) = match &model {
+            Model::Hf(tok) => (hf_splitter(tok), hf_wrap(tok), ByteLevelBpe::recognise(tok)),
+            Model::Tiktoken(bpe) => (tiktoken_splitter(bpe), Some((Vec::new(), Vec::new())), None),
         };
         Self {
             model,
             splitter,
             wrap,
+            fast,
             cache: SegmentCache::new(CACHE_ENTRIES),
         }
     }
@@ -74,7 +79,16 @@ impl Backend {
                 .encode_whole(text, add_special)
                 .map(|ids| Tokens::truncate(ids, limit));
         };
-        let mut out = Tokens::default();
+        // Sized for about two bytes a token (code, logs; prose takes fewer):
+        // a 100k-token prompt's ids were copied again each time they grew.
+        let mut out = Tokens {
+            ids: Vec::with_capacity(
+                (text.len() / 2)
+                    .min(limit)
+                    .saturating_add(prefix.len() + suffix.len()),
+            ),
+            truncated: false,
+        };
         let (prefix, suffix): (&[u32], &[u32]) = if add_special {
             (prefix, suffix)
         } else {
@@ -118,12 +132,19 @@ impl Backend {
     /// A piece holding no splittable special token, without special tokens added.
     fn encode_segment(&self, segment: &str) -> Result<Vec<u32>, String> {
         match &self.model {
-            Model::Hf(tok) => tok
-                .encode_fast(segment, false)
-                .map(|e| e.get_ids().to_vec())
-                .map_err(|e| e.to_string()),
+            Model::Hf(tok) => match &self.fast {
+                Some(fast) if fast.applies(segment) => fast.encode(tok, segment),
+                _ => Self::encode_library(tok, segment),
+            },
             Model::Tiktoken(bpe) => Ok(bpe.encode_ordinary(segment)),
         }
+    }
+
+    /// The library's own encode of a segment, without special tokens added.
+    fn encode_library(tok: &tokenizers::Tokenizer, segment: &str) -> Result<Vec<u32>, String> {
+        tok.encode_fast(segment, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| e.to_string())
     }
 
     /// The library's own encode of the whole string, uncached.

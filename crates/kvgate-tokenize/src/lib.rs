@@ -8,6 +8,9 @@
 //! little more than a hash of it.
 
 mod backend;
+mod byte_level;
+#[cfg(test)]
+mod byte_level_tests;
 mod cache;
 mod config;
 mod error;
