@@ -47,6 +47,7 @@ pub mod kv_wait;
 pub mod matrix;
 pub mod prom;
 pub mod readback;
+pub mod records;
 pub mod redis_proc;
 pub mod regime;
 pub mod report;

@@ -185,6 +185,7 @@ pub async fn run(
     fleet.shutdown().await;
 
     records.sort_by_key(|r| r.sent);
+    crate::records::dump(arm, &records);
     let engine_times = |pick: fn((f64, f64)) -> f64| {
         let mut v: Vec<f64> = records.iter().filter_map(|r| r.engine.map(pick)).collect();
         v.sort_by(f64::total_cmp);
