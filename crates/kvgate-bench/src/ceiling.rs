@@ -2,7 +2,9 @@
 //! order, one at a time, to a single simulated instance whose KV cache never
 //! evicts. Its hit rate is what no router over any fleet could beat. Counted
 //! in 4-byte chunks, or in real token ids when given the `kv_aware` arm's
-//! tokenizer (its instances count those).
+//! tokenizer (its instances count those). The same replay, counted both ways,
+//! gives how many real tokens the `kv_aware` arm's instances see for each
+//! 4-byte chunk the others see, held and prefilled ([`token_ratio`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +22,37 @@ pub async fn ceiling(
     bodies: &[(&'static str, Bytes)],
     tokenizer: Option<Arc<PromptTokenizer>>,
 ) -> anyhow::Result<f64> {
+    let (cached, prompt) = replay(bodies, tokenizer).await?;
+    Ok(crate::run::ratio(cached, prompt))
+}
+
+/// How many tokens `tokenizer` (as the `kv_aware` arm's instances count:
+/// its chat template, its ids) makes of `bodies` for each 4-byte chunk (the
+/// other arms' instances): over their whole prompts, and over what an
+/// instance that never evicts must prefill (each turn's new text); (1, 1)
+/// without bodies.
+pub async fn token_ratio(
+    bodies: &[(&'static str, Bytes)],
+    tokenizer: Arc<PromptTokenizer>,
+) -> anyhow::Result<(f64, f64)> {
+    let (chunks_cached, chunks) = replay(bodies, None).await?;
+    let (tokens_cached, tokens) = replay(bodies, Some(tokenizer)).await?;
+    let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
+    Ok((
+        ratio(tokens, chunks),
+        ratio(
+            tokens - tokens_cached.min(tokens),
+            chunks - chunks_cached.min(chunks),
+        ),
+    ))
+}
+
+/// Cached and prompt tokens of `bodies` sent in order to one instance whose
+/// cache never evicts.
+async fn replay(
+    bodies: &[(&'static str, Bytes)],
+    tokenizer: Option<Arc<PromptTokenizer>>,
+) -> anyhow::Result<(u64, u64)> {
     let cfg = SimConfig {
         name: "ceiling".to_owned(),
         cache_blocks: 1 << 36,
@@ -50,5 +83,5 @@ pub async fn ceiling(
     }
     let stats = sim.server.stats();
     sim.shutdown().await?;
-    Ok(crate::run::ratio(stats.cached_tokens, stats.prompt_tokens))
+    Ok((stats.cached_tokens, stats.prompt_tokens))
 }

@@ -77,6 +77,8 @@ pub struct WorkloadResult {
     pub gateways: usize,
     /// `kv_aware`'s instances' capacity and speed factor (`--kv-token-ratio`).
     pub kv_token_ratio: f64,
+    /// The same for its prefill rate and step budget.
+    pub kv_prefill_ratio: f64,
     /// The trace's published ceiling (Mooncake).
     pub trace_ceiling: Option<f64>,
     /// Each instance's KV capacity: blocks, tokens a block, and the factor
@@ -164,8 +166,27 @@ pub async fn bench_with(
 ) -> anyhow::Result<WorkloadResult> {
     let mut runs = Vec::with_capacity(arms.len());
     let mut bodies = Vec::new();
+    // `kv_aware`'s instances count the model's tokens where the others count
+    // 4-byte chunks; unless a ratio was given (`--kv-token-ratio`, or a
+    // recoded density's), they get as much more KV (over the whole prompts)
+    // and prefill rate and step budget (over the text an infinite cache
+    // still prefills) as the first arm's bodies measure, so that each arm's
+    // engines hold and prefill the same text in the same time.
+    let calibrate = (setup.kv_token_ratio - 1.0).abs() < 1e-9
+        && arms.first().is_some_and(|a| !a.uses_events())
+        && arms.iter().any(|a| a.uses_events());
+    let mut kv_setup = setup.clone();
+    let mut measured = !calibrate;
     for (i, &arm) in arms.iter().enumerate() {
-        let mut r = run::run(setup, arm, tag, ceilings && i == 0, ceilings).await?;
+        if arm.uses_events() && !measured {
+            let (held, prefilled) = ceiling::token_ratio(&bodies, tokenizer::shared()?).await?;
+            kv_setup.kv_token_ratio = held;
+            kv_setup.kv_prefill_ratio = Some(prefilled);
+            measured = true;
+        }
+        let on = if arm.uses_events() { &kv_setup } else { setup };
+        let record = (ceilings || calibrate) && i == 0;
+        let mut r = run::run(on, arm, tag, record, ceilings).await?;
         progress(&format!(
             "{:<22} {:<27} hit {:>5.1}%  p50 {:>6.0} ms  p90 {:>6.0} ms  (engine {:>6.0} / {:>6.0} ms)  moved {}  failed {}  wall {:.1} s",
             setup.id,
@@ -203,7 +224,8 @@ pub async fn bench_with(
         ceiling,
         token_ceiling,
         gateways: setup.gateways.max(1),
-        kv_token_ratio: setup.kv_token_ratio,
+        kv_token_ratio: kv_setup.kv_token_ratio,
+        kv_prefill_ratio: kv_setup.kv_prefill_ratio.unwrap_or(kv_setup.kv_token_ratio),
         trace_ceiling: setup.trace_ceiling,
         cache_blocks: setup.sim.cache_blocks,
         block_size: setup.sim.block_size,

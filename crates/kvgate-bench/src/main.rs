@@ -308,6 +308,10 @@ async fn run_matrix(
     opts.quick = args.quick;
     opts.seed = args.seed;
     let mut sliced = false;
+    if args.time_scale.is_some() {
+        opts.time_scale = args.time_scale;
+        sliced = true;
+    }
     if !args.workload.contains(&WorkloadArg::All) {
         opts.kinds = args.workload.iter().flat_map(|w| w.kinds()).collect();
         opts.kinds.dedup();

@@ -49,6 +49,10 @@ pub struct Options {
     pub arms: Vec<Arm>,
     /// Seconds, not minutes (CI smoke).
     pub quick: bool,
+    /// Every workload's time scale instead of its own (`--time-scale`): a
+    /// slower clock shows what of a cell's figures the shared machine's
+    /// real-time delays make, multiplied by 1/time_scale.
+    pub time_scale: Option<f64>,
     pub seed: u64,
     pub traces: PathBuf,
     /// The report's path.
@@ -67,6 +71,7 @@ impl Options {
             densities: vec![Density::ENGLISH],
             arms: ARMS.to_vec(),
             quick: false,
+            time_scale: None,
             seed: 7,
             traces,
             out,
@@ -105,7 +110,10 @@ pub async fn run(opts: &Options, ctx: &Context) -> anyhow::Result<Vec<WorkloadRe
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     for &kind in &opts.kinds {
-        let sized = sizes::setup(kind, opts.quick, opts.seed, &opts.traces)?;
+        let mut sized = sizes::setup(kind, opts.quick, opts.seed, &opts.traces)?;
+        if let Some(ts) = opts.time_scale {
+            sized.sim.time_scale = ts;
+        }
         eprintln!(
             "{}: {} requests, {} instances, {} KV tokens an instance",
             sized.id,

@@ -77,13 +77,16 @@ fn method(s: &mut String) {
          `kv_aware` assume the gateway's default of 384,000 tokens an instance. \
          `prefix_aware` runs on the workload's `routing.md` settings; `longest_prefix` and \
          `kv_aware` on their defaults (`kv_aware`'s instances tokenize with SmolLM2 and \
-         count those tokens; the others count 4-byte chunks). So the same text is more \
-         tokens on `kv_aware`'s instances (about 1.0× for documents and traces, up to 1.1× \
-         for chat; `routing.md` gives each workload's ratio) and its prefills take that much \
-         longer on their clock: a `kv_aware` P90 a few percent above `prefix_aware`'s at \
-         equal hit rates, on chat, is that, not routing. Its client columns also hold the \
-         tokenizing, in the gateway and in every instance, on 2 shared cores, magnified by \
-         1/time_scale.\n"
+         count those tokens; the others count 4-byte chunks). The same text is more \
+         tokens on `kv_aware`'s instances (about 1.0× for documents and traces, up to 1.12× \
+         for chat: the chat template's tokens), so they get that many times the KV blocks \
+         (over whole prompts) and the prefill rate and step budget (over the text a cache \
+         that never evicts still prefills), measured in each cell by replaying \
+         `prefix_aware`'s bodies both ways (the line under each cell's table): each arm's \
+         engines hold and prefill the same text in the same time. Runs before 2026-12-06 did not, and a \
+         `kv_aware` P90 a few percent above `prefix_aware`'s at equal hit rates, on chat, \
+         was that. Its client columns also hold the tokenizing, in the gateway and in \
+         every instance, on 2 shared cores, magnified by 1/time_scale.\n"
     );
     let _ = writeln!(
         s,
@@ -178,6 +181,13 @@ fn cell(s: &mut String, w: &WorkloadResult, dense: bool) {
         row(s, w, r, v, learned);
     }
     let _ = writeln!(s);
+    if w.density.is_english() && w.runs.iter().any(|r| r.arm.uses_events()) {
+        let _ = writeln!(
+            s,
+            "`kv_aware`'s instances: {:.3} SmolLM2 tokens a 4-byte chunk of these prompts ({:.3} of the text prefilled), and that many times the KV blocks (the prefill rate).\n",
+            w.kv_token_ratio, w.kv_prefill_ratio
+        );
+    }
 }
 
 /// One arm's row; `learned`: the gateway's learned density column, when shown.

@@ -119,6 +119,7 @@ pub(super) fn setup(size: Size, seed: u64) -> Setup {
         gateways: 1,
         separate_processes: false,
         kv_token_ratio: 1.0,
+        kv_prefill_ratio: None,
         density: super::Density::ENGLISH,
         regime: Regime::default(),
     }

@@ -103,6 +103,11 @@ pub struct Setup {
     /// SmolLM2 tokens per 4-byte chunk they hold and prefill the same text
     /// in the same time as the other arms' instances. 1: the same numbers of tokens.
     pub kv_token_ratio: f64,
+    /// `kv_aware` only: its instances' prefill rate and step budget times
+    /// this instead of `kv_token_ratio` — the ratio over the text they
+    /// prefill (each turn's new text, which tokenizes differently from a
+    /// long shared prompt), where `kv_token_ratio` is over all they hold.
+    pub kv_prefill_ratio: Option<f64>,
     /// Characters a token of the text sent (`--density`; 4, the workloads'
     /// own filler, unless [`Setup::at_density`] recoded it).
     pub density: Density,
@@ -134,15 +139,20 @@ impl Setup {
         self.sim.cache_blocks.saturating_mul(self.sim.block_size)
     }
 
-    /// The instances' config under `kv_aware`, scaled by `kv_token_ratio`.
+    /// The instances' config under `kv_aware`, scaled by `kv_token_ratio`
+    /// (KV blocks) and `kv_prefill_ratio` (prefill rate, step budget).
     pub fn kv_sim(&self) -> SimConfig {
+        let usable = |r: f64| r.is_finite() && r > 0.0 && (r - 1.0).abs() > 1e-9;
         let r = self.kv_token_ratio;
+        let p = self.kv_prefill_ratio.unwrap_or(r);
         let mut sim = self.sim.clone();
-        if r.is_finite() && r > 0.0 && (r - 1.0).abs() > 1e-9 {
-            // `as` saturates; at least one.
+        // `as` saturates; at least one.
+        if usable(r) {
             sim.cache_blocks = ((sim.cache_blocks as f64 * r).round() as usize).max(1);
-            sim.max_batched_tokens = ((sim.max_batched_tokens as f64 * r).round() as usize).max(1);
-            sim.prefill_tokens_per_s *= r;
+        }
+        if usable(p) {
+            sim.max_batched_tokens = ((sim.max_batched_tokens as f64 * p).round() as usize).max(1);
+            sim.prefill_tokens_per_s *= p;
         }
         sim
     }

@@ -171,6 +171,7 @@ pub(super) fn setup(trace: Trace, path: &Path, size: Size) -> anyhow::Result<Set
         gateways: 1,
         separate_processes: false,
         kv_token_ratio: 1.0,
+        kv_prefill_ratio: None,
         density: super::Density::ENGLISH,
         regime: Regime::default(),
     })
