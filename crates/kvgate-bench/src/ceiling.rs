@@ -85,3 +85,33 @@ async fn replay(
     sim.shutdown().await?;
     Ok((stats.cached_tokens, stats.prompt_tokens))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(system: &str, question: &str) -> (&'static str, Bytes) {
+        let body = serde_json::json!({"model": "m", "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": question},
+        ]});
+        ("/v1/chat/completions", Bytes::from(body.to_string()))
+    }
+
+    /// A long shared system prompt of filler (one SmolLM2 token a simulated
+    /// token) and short questions: over whole prompts the ratio is near 1,
+    /// over what is prefilled (mostly the questions and the template's own
+    /// tokens) higher; no bodies, no scaling.
+    #[tokio::test]
+    async fn token_ratio_counts_held_and_prefilled_text_apart() {
+        let system = kvgate_sim::block_text(7, 2000);
+        let bodies: Vec<_> = (0..4)
+            .map(|i| chat(&system, &format!("Question {i}: what does clause {i} say?")))
+            .collect();
+        let tok = crate::tokenizer::shared().unwrap();
+        let (held, prefilled) = token_ratio(&bodies, Arc::clone(&tok)).await.unwrap();
+        assert!((0.95..1.1).contains(&held), "held {held}");
+        assert!(prefilled > held, "prefilled {prefilled} held {held}");
+        assert_eq!(token_ratio(&[], tok).await.unwrap(), (1.0, 1.0));
+    }
+}
