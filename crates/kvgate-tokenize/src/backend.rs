@@ -133,7 +133,9 @@ impl Backend {
     fn encode_segment(&self, segment: &str) -> Result<Vec<u32>, String> {
         match &self.model {
             Model::Hf(tok) => match &self.fast {
-                Some(fast) if fast.applies(segment) => fast.encode(tok, segment),
+                Some(fast) if fast.applies(segment) => fast
+                    .encode(tok, segment)
+                    .or_else(|_| Self::encode_library(tok, segment)),
                 _ => Self::encode_library(tok, segment),
             },
             Model::Tiktoken(bpe) => Ok(bpe.encode_ordinary(segment)),

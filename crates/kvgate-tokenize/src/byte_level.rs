@@ -63,11 +63,17 @@ impl ByteLevelBpe {
         };
         let pre = serde_json::to_value(tok.get_pre_tokenizer()?).ok()?;
         let (digits, pattern) = shape(&pre)?;
-        let head = pattern.strip_suffix(LOOKAHEAD_TAIL)?;
+        let head_source = pattern.strip_suffix(LOOKAHEAD_TAIL)?;
+        let head = Regex::new(head_source).ok()?;
+        // A head that can match nothing would split differently (and never
+        // advance); every known pattern's needs a character.
+        if head.is_match(Input::new("").anchored(Anchored::Yes)) {
+            return None;
+        }
         Some(Self {
             digits,
-            split: Regex::new(&format!("{head}{PLAIN_TAIL}")).ok()?,
-            head: Regex::new(head).ok()?,
+            split: Regex::new(&format!("{head_source}{PLAIN_TAIL}")).ok()?,
+            head,
             nfc,
             chars: bytes_to_unicode(),
         })
@@ -122,6 +128,11 @@ impl ByteLevelBpe {
             let Some(m) = self.split.search(&Input::new(text).range(at..)) else {
                 return piece(&text[at..]);
             };
+            if m.is_empty() {
+                // Not for a recognised pattern (see `recognise`); the caller
+                // falls back to the library rather than loop here.
+                return Err("empty pre-tokenizer match".to_owned());
+            }
             if m.start() > at {
                 piece(&text[at..m.start()])?;
             }

@@ -113,7 +113,14 @@ fn leaves_other_pipelines_to_the_library() {
         json!({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true});
     let other_lookahead = split(r"\w+(?=\s)|\s+(?!\S)|\s+");
     let unknown_tail = split(r"\w+|\s+");
-    for pre in [prefix_space, metaspace, other_lookahead, unknown_tail] {
+    let empty_head = split(r"\w*|\s+(?!\S)|\s+");
+    for pre in [
+        prefix_space,
+        metaspace,
+        other_lookahead,
+        unknown_tail,
+        empty_head,
+    ] {
         assert!(
             ByteLevelBpe::recognise(&with(pre.clone(), Value::Null)).is_none(),
             "{pre}"
