@@ -52,7 +52,8 @@ fn library(tok: &Tokenizer, text: &str) -> Vec<u32> {
 /// combining marks.
 fn text_strategy() -> impl Strategy<Value = String> {
     let piece = prop_oneof![
-        "[ \t\n\r\u{a0}\u{3000}\u{2028}]{1,5}",
+        "[ \t\n\r\u{a0}\u{3000}\u{2028}\u{b}\u{c}\u{85}\u{1680}\u{2000}\u{202f}]{1,5}",
+        "[\u{0}-\u{8}\u{1c}-\u{1f}\u{7f}\u{200b}\u{feff}]{1,3}",
         "[a-zA-Z]{1,8}",
         "[0-9\u{663}\u{216b}\u{bd}]{1,5}",
         "('s|'S|'t|'re|'VE|'m|'ll|'d|'x|')",
