@@ -23,6 +23,12 @@ use tokenizers::{Model, Tokenizer};
 /// The look-ahead tail of GPT-2's pattern, and what stands in for it.
 const LOOKAHEAD_TAIL: &str = r"|\s+(?!\S)|\s+";
 const PLAIN_TAIL: &str = r"|\s+";
+/// Bytes of whitespace in one match from which the library's own split is
+/// used instead: `fancy-regex` keeps a backtrack point a character of
+/// `\s+(?!\S)` and gives up at a million (`tokenizers` then leaves the rest
+/// of the text unsplit), which no DFA reproduces. Well short of it: a run
+/// this long is pathological anyway, and the library is always right.
+const LONG_RUN: usize = 100_000;
 /// The pattern of `tokenizers`' ByteLevel pre-tokenizer with `use_regex`.
 const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 
@@ -138,6 +144,9 @@ impl ByteLevelBpe {
             }
             let mut end = m.end();
             let found = &text[m.start()..end];
+            if found.len() >= LONG_RUN && found.chars().all(char::is_whitespace) {
+                return Err("a whitespace run past fancy-regex's stack".to_owned());
+            }
             if end < text.len() && found.chars().all(char::is_whitespace) {
                 let mut chars = found.chars();
                 let last = chars.next_back();

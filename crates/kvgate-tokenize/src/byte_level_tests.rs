@@ -78,6 +78,35 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// ASCII alone, so that the NFC shape (Qwen 2) is exercised as often.
+    #[test]
+    fn gives_the_library_ids_on_ascii_text(text in "[ -~\t\n\r]{0,80}") {
+        for (name, tok) in SHAPES.iter() {
+            let fast = ByteLevelBpe::recognise(tok).unwrap();
+            prop_assert!(fast.applies(&text));
+            prop_assert_eq!(fast.encode(tok, &text).unwrap(), library(tok, &text), "{}", name);
+        }
+    }
+}
+
+/// Whitespace runs long enough to exhaust fancy-regex's backtracking stack
+/// are left to the library (which then leaves the rest unsplit): same ids.
+#[test]
+fn leaves_huge_whitespace_runs_to_the_library() {
+    let (_, tok) = &SHAPES[1];
+    let fast = ByteLevelBpe::recognise(tok).unwrap();
+    let text = format!("a{}b", " ".repeat(120_000));
+    assert!(fast.encode(tok, &text).is_err());
+    let backend = crate::backend::Backend::new(crate::backend::Model::Hf(Box::new(tok.clone())));
+    assert_eq!(
+        backend.encode(&text, false, usize::MAX).unwrap().ids,
+        library(tok, &text)
+    );
+}
+
 #[test]
 fn gives_the_library_ids_on_code_logs_and_prose() {
     let texts = [
