@@ -82,19 +82,22 @@ pub fn attach_engine_times(records: &mut [Record], names: &[String], logs: &[Lat
         }
     }
     for r in records {
-        let id = &r.outcome.id;
-        let found = id
-            .strip_prefix("msg_")
-            .or_else(|| id.split_once('-').map(|(_, rest)| rest))
-            .and_then(|rest| rest.rsplit_once('-'))
-            .and_then(|(name, serial)| {
-                let i = names.iter().position(|n| n == name)?;
-                times.get(&(i, serial.parse().ok()?))
-            });
+        let found = instance_and_serial(&r.outcome.id).and_then(|(name, serial)| {
+            let i = names.iter().position(|n| n == name)?;
+            times.get(&(i, serial.parse().ok()?))
+        });
         if let Some(&(Some(ttft), Some(e2e))) = found {
             r.engine = Some((ttft, e2e));
         }
     }
+}
+
+/// The instance's name and the serial there in a response id
+/// (`{chatcmpl,cmpl}-{instance name}-{serial}`, or `msg_{instance name}-{serial}`).
+pub fn instance_and_serial(id: &str) -> Option<(&str, &str)> {
+    id.strip_prefix("msg_")
+        .or_else(|| id.split_once('-').map(|(_, rest)| rest))
+        .and_then(|rest| rest.rsplit_once('-'))
 }
 
 /// Completed requests per second on the instances' clock, with the real

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::arm::Arm;
 use crate::driver::Record;
+use crate::readback::instance_and_serial;
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
 
@@ -27,7 +28,7 @@ pub fn dump(arm: Arm, records: &[Record]) {
             "sent_s": r.sent.as_secs_f64(),
             "chain": r.chain,
             "turn": r.turn,
-            "instance": instance(&r.outcome.id),
+            "instance": instance_and_serial(&r.outcome.id).map(|(name, _)| name),
             "prompt_tokens": r.outcome.prompt_tokens,
             "cached_tokens": r.outcome.cached_tokens,
             "engine_ttft_s": r.engine.map(|e| e.0),
@@ -38,11 +39,4 @@ pub fn dump(arm: Arm, records: &[Record]) {
     if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, out)) {
         eprintln!("KVGATE_BENCH_RECORDS: cannot write {}: {e}", path.display());
     }
-}
-
-/// The instance's name in a response id `chatcmpl-{name}-{serial}`.
-fn instance(id: &str) -> &str {
-    id.split_once('-')
-        .and_then(|(_, rest)| rest.rsplit_once('-'))
-        .map_or("", |(name, _)| name)
 }

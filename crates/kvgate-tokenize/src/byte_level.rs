@@ -142,27 +142,32 @@ impl ByteLevelBpe {
             if m.start() > at {
                 piece(&text[at..m.start()])?;
             }
+            let found = &text[m.start()..m.end()];
             let mut end = m.end();
-            let found = &text[m.start()..end];
-            if found.len() >= LONG_RUN && found.chars().all(char::is_whitespace) {
-                return Err("a whitespace run past fancy-regex's stack".to_owned());
-            }
-            if end < text.len() && found.chars().all(char::is_whitespace) {
-                let mut chars = found.chars();
-                let last = chars.next_back();
-                let several = chars.next().is_some();
-                let from_head = || {
-                    let input = Input::new(text).range(m.start()..).anchored(Anchored::Yes);
-                    self.head.search(&input).is_some()
-                };
-                if let Some(last) = last.filter(|_| several && !from_head()) {
-                    end -= last.len_utf8();
+            if found.chars().all(char::is_whitespace) {
+                if found.len() >= LONG_RUN {
+                    return Err("a whitespace run past fancy-regex's stack".to_owned());
+                }
+                // Several characters, more text after, and not `A`'s match:
+                // `\s+(?!\S)` leaves the last one to the next piece.
+                if let Some((last, _)) = found.char_indices().next_back()
+                    && last > 0
+                    && end < text.len()
+                    && !self.head_matches_at(text, m.start())
+                {
+                    end = m.start() + last;
                 }
             }
             piece(&text[m.start()..end])?;
             at = end;
         }
         Ok(())
+    }
+
+    /// Whether the head `A` of the pattern matches at `at` in `text`.
+    fn head_matches_at(&self, text: &str, at: usize) -> bool {
+        let input = Input::new(text).range(at..).anchored(Anchored::Yes);
+        self.head.search(&input).is_some()
     }
 }
 
