@@ -313,19 +313,19 @@ impl Endpoint {
     /// An instance's feed as a view sees it at `now`; a live one's stale
     /// expected prompts are dropped first, as its own lookup did.
     fn feed_now(&self, inst: &Instance, now: std::time::Instant) -> FeedNow {
-        let sub = inst.kv_feed_now();
-        let Some(sub) = sub.as_ref() else {
+        let feed = inst.kv_feed_now();
+        let Some(feed) = feed.as_deref() else {
             return FeedNow::default();
         };
-        let trust = sub.feed.trust(now);
+        let trust = feed.trust(now);
         let live = trust.is_live();
         if live {
-            sub.feed.expire_due(now);
+            feed.expire_due(now);
         }
         FeedNow {
             trust: Some(trust),
-            slot: self.slot_of(&sub.feed).filter(|_| live),
-            held_blocks: sub.feed.held_blocks(),
+            slot: self.slot_of(feed).filter(|_| live),
+            held_blocks: feed.held_blocks(),
         }
     }
 

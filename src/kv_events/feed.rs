@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use super::clock::AtomicTime;
+use super::clock::{self, AtomicTime};
 use super::wire::{Batch, Event};
 use crate::telemetry;
 use kvgate_routing::held::fleet::FleetHeld;
@@ -71,9 +71,22 @@ struct State {
 }
 
 /// What routing reads of a feed besides its index, kept in atomics so that
-/// it never waits for the subscriber: trust and the blocks held.
-#[derive(Debug, Default)]
-struct Times {
+/// it never waits for the subscriber: trust and the blocks held. A view
+/// reads this of every instance, so it is one aligned pair of cache lines
+/// (a fleet of 1,000 is 1,000 of them), not fields spread over the feed.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Hot {
+    connected: AtomicBool,
+    /// A catch-up is under way (see [`Trust::Replaying`]).
+    replaying: AtomicBool,
+    /// The last `trust` found it silent (to log the change once).
+    was_silent: AtomicBool,
+    /// `silence`, in ms (reloads change it in place).
+    silence_ms: AtomicU64,
+    /// The endpoint's fleet-wide index, and this instance's slot in it.
+    fleet: Arc<FleetHeld>,
+    slot: Option<u32>,
     last_batch: AtomicTime,
     /// Since when the index may lack blocks the engine holds.
     partial_since: AtomicTime,
@@ -127,26 +140,16 @@ pub struct Feed {
     pub events_url: String,
     pub replay_url: Option<String>,
     pub counters: Counters,
-    connected: AtomicBool,
-    /// A catch-up is under way (see [`Trust::Replaying`]).
-    replaying: AtomicBool,
-    /// The last `trust` found it silent (to log the change once).
-    was_silent: AtomicBool,
     /// A block size other than the endpoint's was reported (logged once).
     warned_block_size: AtomicBool,
     /// The endpoint's `block_size` (a change makes a new feed).
     pub block_size: usize,
-    /// `silence`, in ms (reloads change it in place).
-    silence_ms: AtomicU64,
     series: telemetry::KvSeries,
-    times: Times,
+    hot: Hot,
     /// One lock an instance around what only its writers use (its engine
     /// hashes, expected prompts, salts); its blocks are in the endpoint's
     /// fleet-wide index, which views read without this lock.
     state: RwLock<State>,
-    /// The endpoint's fleet-wide index, and this instance's slot in it.
-    fleet: Arc<FleetHeld>,
-    slot: Option<u32>,
 }
 
 impl Feed {
@@ -159,22 +162,29 @@ impl Feed {
     ) -> Self {
         let index = HeldIndex::join(fleet, settings.limit);
         Self {
-            fleet: Arc::clone(fleet),
-            slot: index.slot(),
             labels: (endpoint.to_owned(), instance.to_owned()),
             series: telemetry::KvSeries::new(endpoint, instance),
             events_url: events_url.to_owned(),
             replay_url: replay_url.map(str::to_owned),
             counters: Counters::default(),
-            connected: AtomicBool::new(false),
-            replaying: AtomicBool::new(false),
-            was_silent: AtomicBool::new(false),
             warned_block_size: AtomicBool::new(false),
             block_size: settings.block_size,
-            silence_ms: AtomicU64::new(
-                u64::try_from(settings.silence.as_millis()).unwrap_or(u64::MAX),
-            ),
-            times: Times::default(),
+            hot: Hot {
+                connected: AtomicBool::new(false),
+                replaying: AtomicBool::new(false),
+                was_silent: AtomicBool::new(false),
+                silence_ms: AtomicU64::new(
+                    u64::try_from(settings.silence.as_millis()).unwrap_or(u64::MAX),
+                ),
+                fleet: Arc::clone(fleet),
+                slot: index.slot(),
+                last_batch: AtomicTime::default(),
+                partial_since: AtomicTime::default(),
+                last_orphan: AtomicTime::default(),
+                awaiting: AtomicTime::default(),
+                held: AtomicUsize::new(0),
+                oldest_expected: AtomicTime::default(),
+            },
             state: RwLock::new(State {
                 index,
                 pending: lru::LruCache::new(
@@ -187,13 +197,13 @@ impl Feed {
     }
 
     fn silence(&self) -> Duration {
-        Duration::from_millis(self.silence_ms.load(Ordering::Relaxed))
+        Duration::from_millis(self.hot.silence_ms.load(Ordering::Relaxed))
     }
 
     /// Apply a reload's silence and limit (the block size cannot change in place).
     pub fn update(&self, settings: FeedSettings) {
         let ms = u64::try_from(settings.silence.as_millis()).unwrap_or(u64::MAX);
-        self.silence_ms.store(ms, Ordering::Relaxed);
+        self.hot.silence_ms.store(ms, Ordering::Relaxed);
         self.lock().index.set_limit(settings.limit);
     }
 
@@ -214,41 +224,41 @@ impl Feed {
     /// Publish the index's length to readers (under the write lock).
     fn held_now(&self, st: &State) -> usize {
         let n = st.index.len();
-        self.times.held.store(n, Ordering::Relaxed);
+        self.hot.held.store(n, Ordering::Relaxed);
         n
     }
 
     pub fn set_connected(&self, up: bool) {
-        self.connected.store(up, Ordering::Relaxed);
+        self.hot.connected.store(up, Ordering::Relaxed);
     }
 
     pub fn trust(&self, now: Instant) -> Trust {
-        if !self.connected.load(Ordering::Relaxed) {
+        if !self.hot.connected.load(Ordering::Relaxed) {
             return Trust::Disconnected;
         }
-        if self.replaying.load(Ordering::Acquire) {
+        if self.hot.replaying.load(Ordering::Acquire) {
             return Trust::Replaying;
         }
-        let t = &self.times;
+        let t = &self.hot;
         let silence = self.silence();
-        let within =
-            |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) < silence);
+        // Integer nanoseconds: every request's view calls this for every
+        // instance, and `Instant` arithmetic a field was most of its cost.
+        let now_ns = clock::stamp(now);
+        let silence_ns = u64::try_from(silence.as_nanos()).unwrap_or(u64::MAX);
+        let within = |age: Option<u64>| age.is_some_and(|a| a < silence_ns);
         if let Some(since) = t.partial_since.get() {
-            if within(Some(since)) || within(t.last_orphan.get()) {
+            if within(t.partial_since.age_ns(now_ns)) || within(t.last_orphan.age_ns(now_ns)) {
                 return Trust::Partial;
             }
             t.partial_since.clear_if(since);
             tracing::info!(endpoint = %self.labels.0, instance = %self.labels.1, "KV event index complete again");
         }
-        let silent = t
-            .awaiting
-            .get()
-            .is_some_and(|t| now.saturating_duration_since(t) > silence);
-        let age = t.last_batch.get().map(|t| now.saturating_duration_since(t));
+        let silent = t.awaiting.age_ns(now_ns).is_some_and(|a| a > silence_ns);
+        let age = t.last_batch.age_ns(now_ns).map(Duration::from_nanos);
         // Read before swapping: a swap writes, and every request's view
         // calls this for every instance.
-        if self.was_silent.load(Ordering::Relaxed) != silent
-            && self.was_silent.swap(silent, Ordering::Relaxed) != silent
+        if self.hot.was_silent.load(Ordering::Relaxed) != silent
+            && self.hot.was_silent.swap(silent, Ordering::Relaxed) != silent
         {
             if silent {
                 tracing::warn!(endpoint = %self.labels.0, instance = %self.labels.1, events = %self.events_url, silence = ?silence, "KV events went silent after requests that must store blocks; approximate index until they resume");
@@ -265,12 +275,12 @@ impl Feed {
 
     /// The fleet-wide index this instance's blocks are recorded in.
     pub fn fleet(&self) -> &Arc<FleetHeld> {
-        &self.fleet
+        &self.hot.fleet
     }
 
     /// This instance's slot in [`Feed::fleet`] (`None`: it was full).
     pub fn slot(&self) -> Option<u32> {
-        self.slot
+        self.hot.slot
     }
 
     /// Stop expecting prompts older than `silence`, if there are any: one
@@ -278,22 +288,23 @@ impl Feed {
     /// before its walk, as `matched` does under its lock).
     pub fn expire_due(&self, now: Instant) {
         let silence = self.silence();
+        let silence_ns = u64::try_from(silence.as_nanos()).unwrap_or(u64::MAX);
         if self
-            .times
+            .hot
             .oldest_expected
-            .get()
-            .is_some_and(|t| now.saturating_duration_since(t) >= silence)
+            .age_ns(clock::stamp(now))
+            .is_some_and(|a| a >= silence_ns)
         {
             let mut st = self.lock();
             expire(&mut st, now, silence);
-            self.times
+            self.hot
                 .oldest_expected
                 .set(st.expecting.front().map(|(t, _)| *t));
         }
     }
 
     pub fn held_blocks(&self) -> usize {
-        self.times.held.load(Ordering::Relaxed)
+        self.hot.held.load(Ordering::Relaxed)
     }
 
     /// How much of `keys` this instance alone holds (a view walks the
@@ -341,7 +352,7 @@ impl Feed {
         expire(&mut st, now, self.silence());
         st.index.expect(keys);
         st.expecting.push_back((now, std::sync::Arc::clone(keys)));
-        self.times
+        self.hot
             .oldest_expected
             .set(st.expecting.front().map(|(t, _)| *t));
         if let Some((root, scope)) = scoped_root {
@@ -354,15 +365,15 @@ impl Feed {
             }
         }
         drop(st);
-        let connected = self.connected.load(Ordering::Relaxed);
-        (new_blocks && connected && self.times.awaiting.set_if_none(now)).then_some(now)
+        let connected = self.hot.connected.load(Ordering::Relaxed);
+        (new_blocks && connected && self.hot.awaiting.set_if_none(now)).then_some(now)
     }
 
     /// The request that started the wait (`since`, if it did) and carried
     /// `keys` did no work (refused, failed): nothing is to be expected from it.
     pub fn withdraw(&self, since: Option<Instant>, keys: &std::sync::Arc<[u64]>) {
         if let Some(since) = since {
-            self.times.awaiting.clear_if(since);
+            self.hot.awaiting.clear_if(since);
         }
         let mut st = self.lock();
         if let Some(pos) = st
@@ -373,7 +384,7 @@ impl Feed {
         {
             st.index.unexpect(&k);
         }
-        self.times
+        self.hot
             .oldest_expected
             .set(st.expecting.front().map(|(t, _)| *t));
     }
@@ -385,7 +396,7 @@ impl Feed {
             let mut st = self.lock();
             st.index.clear();
             self.held_now(&st);
-            self.times.partial_since.set(None);
+            self.hot.partial_since.set(None);
         }
         self.emptied();
     }
@@ -406,7 +417,7 @@ impl Feed {
             let held = st.index.len();
             st.index.clear();
             self.held_now(&st);
-            self.times.partial_since.set(None);
+            self.hot.partial_since.set(None);
             held
         };
         if held > 0 {
@@ -416,7 +427,7 @@ impl Feed {
 
     /// A catch-up began (`true`) or ended.
     pub fn catching_up(&self, on: bool) {
-        self.replaying.store(on, Ordering::Release);
+        self.hot.replaying.store(on, Ordering::Release);
     }
 
     /// A batch read off the socket and not applied.
@@ -433,7 +444,7 @@ impl Feed {
             st.index.clear();
             self.held_now(&st);
         }
-        self.times.partial_since.set(Some(now));
+        self.hot.partial_since.set(Some(now));
         if clear {
             self.emptied();
         }
@@ -471,11 +482,11 @@ impl Feed {
     pub fn apply(&self, batch: &Batch, now: Instant) {
         let mut st = self.lock();
         expire(&mut st, now, self.silence());
-        self.times
+        self.hot
             .oldest_expected
             .set(st.expecting.front().map(|(t, _)| *t));
-        self.times.last_batch.set(Some(now));
-        self.times.awaiting.set(None);
+        self.hot.last_batch.set(Some(now));
+        self.hot.awaiting.set(None);
         let c = &self.counters;
         c.batches.fetch_add(1, Ordering::Relaxed);
         let (mut applied, mut dropped, mut cleared) = (0u64, 0u64, false);
@@ -535,7 +546,7 @@ impl Feed {
                     applied += a.stored as u64;
                     dropped += a.dropped as u64;
                     if a.orphaned > 0 {
-                        self.times.last_orphan.set(Some(now));
+                        self.hot.last_orphan.set(Some(now));
                     }
                 }
                 Event::Removed { hashes, medium } => {

@@ -32,6 +32,7 @@
 use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use lru::LruCache;
 
@@ -43,8 +44,14 @@ pub const ENTRY_BYTES: usize = 84;
 pub const MIN_BLOCKS: usize = 16;
 
 /// The blocks one instance holds, as far as the gateway knows.
+/// `cap` first (`repr(C)`): a view reads it beside the instance's load.
 #[derive(Debug)]
+#[repr(C)]
 pub struct BlockIndex {
+    /// The LRU's capacity, for readers that want only it: a view reads it
+    /// of every instance, and the lock was a tenth of a 1,000-instance
+    /// view. Written under the lock wherever the capacity changes.
+    cap: AtomicUsize,
     inner: Mutex<Inner>,
 }
 
@@ -125,7 +132,14 @@ impl BlockIndex {
                 block_bytes,
                 inserts: 0,
             }),
+            cap: AtomicUsize::new(capacity),
         }
+    }
+
+    /// Publish the capacity readers see without the lock.
+    fn publish_cap(&self, inner: &Inner) {
+        let cap = inner.lru.as_ref().map_or(0, |l| l.cap().get());
+        self.cap.store(cap, Ordering::Relaxed);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -149,6 +163,7 @@ impl BlockIndex {
             (Some(cap), Some(lru)) => lru.resize(cap),
             (Some(cap), None) => inner.lru = Some(LruCache::new(cap)),
         }
+        self.publish_cap(&inner);
     }
 
     /// How many leading blocks of `chain` the instance holds.
@@ -229,6 +244,7 @@ impl BlockIndex {
         };
         if let Some(n) = NonZeroUsize::new(estimate).filter(|n| n.get() != cap) {
             lru.resize(n);
+            self.cap.store(n.get(), Ordering::Relaxed);
         }
     }
 
@@ -261,7 +277,7 @@ impl BlockIndex {
 
     /// The most blocks it will hold (the current estimate).
     pub fn capacity(&self) -> usize {
-        self.lock().lru.as_ref().map_or(0, |l| l.cap().get())
+        self.cap.load(Ordering::Relaxed)
     }
 
     /// Whether what it holds fills (95% of) its capacity, so that anything

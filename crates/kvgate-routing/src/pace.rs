@@ -220,14 +220,17 @@ pub enum Basis {
 }
 
 /// One instance's pace, as its streamed answers show it.
+/// What routing reads (`overhead`, `rate`) comes first (`repr(C)`), so that
+/// a view of many instances finds it beside their other load figures.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Pace {
-    seen: Mutex<Seen>,
     /// The overhead in use, in prefill tokens (the guess until learned).
     overhead: AtomicU64,
     /// The prefill rate in use, tokens a second as `f64` bits (0: none yet).
     rate: AtomicU64,
     refused: AtomicU64,
+    seen: Mutex<Seen>,
 }
 
 impl Default for Pace {

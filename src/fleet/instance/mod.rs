@@ -27,8 +27,47 @@ use kvgate_routing::{BlockIndex, Load};
 mod inflight;
 pub use inflight::InflightGuard;
 
+// Every request's view reads the first fields (through `index`'s
+// capacity) of every instance: in this order (`repr(C)`), on aligned cache
+// lines, they are a few adjacent lines an instance, where Rust's own layout
+// spread them over the whole struct (at 1,000 instances a view is mostly
+// waiting for memory).
 #[derive(Debug)]
+#[repr(C, align(128))]
 pub struct Instance {
+    in_flight: AtomicUsize,
+    /// Estimated prefill tokens of requests that have no first byte yet.
+    queued_prefill: AtomicU64,
+    /// Those requests, and their uncached tokens alone (without the
+    /// overhead each is charged): what a first token waits for ([`Ahead`]).
+    queued_requests: AtomicU64,
+    queued_uncached: AtomicU64,
+    /// Milliseconds since [`epoch`] until which the instance is skipped.
+    cooldown_until: AtomicU64,
+    /// Set by health checks; starts healthy so a new fleet serves at once.
+    healthy: AtomicBool,
+    draining: AtomicBool,
+    /// Joined and being warmed: not offered to routing until done.
+    warming: AtomicBool,
+    /// What the engine is believed to have computed of those uncached tokens.
+    drain: Drain,
+    /// Prefill work sent here lately, decaying (a cost tie-break).
+    recent_work: super::recent_work::RecentWork,
+    /// Its prefill rate as first bytes show it.
+    prefill_rate: super::prefill_rate::PrefillRate,
+    /// `kv`'s feed itself, for views: one pointer from here to what a view
+    /// reads of it, not two (through the subscription).
+    kv_view: arc_swap::ArcSwapOption<Feed>,
+    /// What the other gateway replicas have dispatched here (`fleet::peers`).
+    pub peer: super::peers::PeerLoad,
+    /// Its load as its engine reports it (read for cache-aware routing and
+    /// while queueing is on).
+    pub engine: super::engine_load::EngineLoad,
+    /// Its fixed cost of a request and prefill rate, fitted to its streamed
+    /// first tokens (the cost model's overhead, `explain`'s `pace`).
+    pub pace: kvgate_routing::pace::Pace,
+    /// The block chains believed cached here (cache-aware strategies).
+    pub index: BlockIndex,
     pub endpoint: String,
     pub id: String,
     pub url: String,
@@ -37,48 +76,18 @@ pub struct Instance {
     base: Option<Base>,
     /// Its per-request metric series, resolved once.
     pub series: telemetry::UpstreamSeries,
-    in_flight: AtomicUsize,
-    /// Estimated prefill tokens of requests that have no first byte yet.
-    queued_prefill: AtomicU64,
-    /// Those requests, and their uncached tokens alone (without the
-    /// overhead each is charged): what a first token waits for ([`Ahead`]).
-    queued_requests: AtomicU64,
-    queued_uncached: AtomicU64,
-    /// What the engine is believed to have computed of those uncached tokens.
-    drain: Drain,
-    /// Prefill work sent here lately, decaying (a cost tie-break).
-    recent_work: super::recent_work::RecentWork,
-    /// Its prefill rate as first bytes show it.
-    prefill_rate: super::prefill_rate::PrefillRate,
-    /// Its fixed cost of a request and prefill rate, fitted to its streamed
-    /// first tokens (the cost model's overhead, `explain`'s `pace`).
-    pub pace: kvgate_routing::pace::Pace,
-    /// The block chains believed cached here (cache-aware strategies).
-    pub index: BlockIndex,
     /// Its KV-event subscription (`kv_aware` with `kv_events` set).
     kv: arc_swap::ArcSwapOption<Subscription>,
     /// KV capacity in tokens as the engine reported it (0: not learned).
     learned_cache_tokens: AtomicUsize,
     /// Failed attempts to learn it.
     capacity_tries: AtomicU32,
-    /// Milliseconds since [`epoch`] until which the instance is skipped.
-    cooldown_until: AtomicU64,
-    /// Set by health checks; starts healthy so a new fleet serves at once.
-    healthy: AtomicBool,
-    draining: AtomicBool,
     /// Consecutive failed requests (connection errors or 5xx), for passive ejection.
     failures: AtomicU32,
     /// Consecutive probe results in the current direction (health checks).
     probe_streak: AtomicU32,
     /// A health probe has succeeded at least once (what `/ready` waits for).
     confirmed: AtomicBool,
-    /// Joined and being warmed: not offered to routing until done.
-    warming: AtomicBool,
-    /// Its load as its engine reports it (read for cache-aware routing and
-    /// while queueing is on).
-    pub engine: super::engine_load::EngineLoad,
-    /// What the other gateway replicas have dispatched here (`fleet::peers`).
-    pub peer: super::peers::PeerLoad,
     /// Told when one of its slots frees: its endpoint's queue.
     freed: OnceLock<Weak<dyn Freed>>,
 }
@@ -187,6 +196,7 @@ impl Instance {
             pace: Default::default(),
             index: BlockIndex::default(),
             kv: arc_swap::ArcSwapOption::empty(),
+            kv_view: arc_swap::ArcSwapOption::empty(),
             learned_cache_tokens: AtomicUsize::new(0),
             capacity_tries: AtomicU32::new(0),
             cooldown_until: AtomicU64::new(0),
@@ -237,6 +247,8 @@ impl Instance {
                 fleet,
             ))
         });
+        self.kv_view
+            .store(next.as_ref().map(|s| Arc::clone(&s.feed)));
         self.kv.store(next.map(Arc::new));
     }
 
@@ -248,8 +260,8 @@ impl Instance {
     /// [`Self::kv_feed`] for a moment's look (a request's view): no
     /// reference count touched, so a view of 1,000 instances writes to none
     /// of their cache lines for it.
-    pub fn kv_feed_now(&self) -> arc_swap::Guard<Option<Arc<Subscription>>> {
-        self.kv.load()
+    pub fn kv_feed_now(&self) -> arc_swap::Guard<Option<Arc<Feed>>> {
+        self.kv_view.load()
     }
 
     pub fn in_flight(&self) -> usize {
