@@ -156,25 +156,45 @@ pub struct Fleet {
 }
 
 impl Fleet {
+    /// A fleet of no instances yet, for [`Fleet::add`] to count into.
+    pub const EMPTY: Self = Self {
+        least_uncached: u64::MAX,
+        busy: 0,
+        available: 0,
+    };
+
     /// The fleet around `costs` (each available instance's own) and `loads`.
     pub fn of<'a>(costs: &[Cost], loads: impl Iterator<Item = &'a Load>) -> Self {
-        let (busy, available) = loads.fold((0, 0), |(b, n), l| {
-            (b + usize::from(l.in_flight > 0), n + 1)
+        let mut fleet = costs.iter().zip(loads).fold(Self::EMPTY, |mut f, (c, l)| {
+            f.add(c.uncached_tokens, l);
+            f
         });
-        Self {
-            least_uncached: costs.iter().map(|c| c.uncached_tokens).min().unwrap_or(0),
-            busy,
-            available,
+        if fleet.available == 0 {
+            fleet.least_uncached = 0;
         }
+        fleet
+    }
+
+    /// Counts one more available instance, which would prefill `uncached`
+    /// tokens, under `load`.
+    pub fn add(&mut self, uncached: u64, load: &Load) {
+        self.least_uncached = self.least_uncached.min(uncached);
+        self.busy += usize::from(load.in_flight > 0);
+        self.available += 1;
+    }
+
+    /// The prefill a choice that must compute `uncached` tokens duplicates:
+    /// its excess over the least anywhere, weighed by the busy share.
+    pub fn duplicated(&self, uncached: u64) -> u64 {
+        let extra = uncached.saturating_sub(self.least_uncached);
+        extra.saturating_mul(self.busy as u64) / (self.available.max(1) as u64)
     }
 }
 
 impl Cost {
     /// This cost with the work it duplicates in `fleet` added.
     pub fn in_fleet(mut self, fleet: &Fleet) -> Self {
-        let extra = self.uncached_tokens.saturating_sub(fleet.least_uncached);
-        self.duplicated_tokens =
-            extra.saturating_mul(fleet.busy as u64) / (fleet.available.max(1) as u64);
+        self.duplicated_tokens = fleet.duplicated(self.uncached_tokens);
         self.total = self.total.saturating_add(self.duplicated_tokens);
         self
     }

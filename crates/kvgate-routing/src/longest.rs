@@ -19,6 +19,17 @@
 use super::cost::Fleet;
 use super::{Cost, CostModel, Load, Plan, Policy, Reason, Request, Ring, balance_cap, ring_order};
 
+/// An available instance's place in the plan.
+struct Candidate {
+    full: bool,
+    total: u64,
+    uncached: u64,
+    work: u64,
+    /// Its position in the key's ring walk: the last tie-break.
+    rank: usize,
+    instance: usize,
+}
+
 #[derive(Debug, Clone)]
 pub struct LongestPrefix {
     ring: Ring,
@@ -46,17 +57,6 @@ impl LongestPrefix {
         self.model_for(request).cost(request.prompt_tokens, load)
     }
 
-    /// The costs of the instances `up` (available), each with the work it
-    /// would duplicate in the fleet they make.
-    fn fleet_costs(&self, request: &Request, loads: &[Load], up: &[usize]) -> Vec<Cost> {
-        let own: Vec<Cost> = up
-            .iter()
-            .map(|&i| self.cost_of(request, &loads[i]))
-            .collect();
-        let fleet = Fleet::of(&own, up.iter().map(|&i| &loads[i]));
-        own.into_iter().map(|c| c.in_fleet(&fleet)).collect()
-    }
-
     /// The model with the request's learned block size, where it has one.
     fn model_for(&self, request: &Request) -> CostModel {
         match request.block_tokens {
@@ -81,25 +81,34 @@ impl Policy for LongestPrefix {
         // its holder merely because the first is still running.
         let limit = balance_cap(self.balance_factor, loads)
             .map_or(self.threshold, |cap| (cap + 1).min(self.threshold));
-        let costs = self.fleet_costs(request, loads, &order[..up]);
-        // Sort the available ones by (not full, cost, recent work), stable so
-        // that remaining ties keep ring order.
-        let mut keyed: Vec<(bool, u64, u64, usize)> = order[..up]
-            .iter()
-            .zip(&costs)
-            .map(|(&i, c)| {
-                let l = &loads[i];
-                let full = l.in_flight >= limit;
-                (full, c.total, l.recent_work, i)
-            })
-            .collect();
-        keyed.sort_by_key(|&(full, cost, work, _)| (full, cost, work));
-        let (all_full, _, _, head) = keyed[0];
-        let best_match = order[..up]
-            .iter()
-            .map(|&i| loads[i].matched_blocks)
-            .max()
-            .unwrap_or(0);
+        // Two passes over the available instances in ring order, filling one
+        // vector on this per-request path: the first takes
+        // each one's own cost and counts the fleet (the least uncached, the
+        // busy, the best match); the second adds the work each would
+        // duplicate, which needs the least uncached of all.
+        let model = self.model_for(request);
+        let mut keyed: Vec<Candidate> = Vec::with_capacity(up);
+        let (mut fleet, mut best_match) = (Fleet::EMPTY, 0);
+        for (rank, &instance) in order[..up].iter().enumerate() {
+            let l = &loads[instance];
+            let c = model.cost(request.prompt_tokens, l);
+            fleet.add(c.uncached_tokens, l);
+            best_match = best_match.max(l.matched_blocks);
+            keyed.push(Candidate {
+                full: l.in_flight >= limit,
+                total: c.total,
+                uncached: c.uncached_tokens,
+                work: l.recent_work,
+                rank,
+                instance,
+            });
+        }
+        for k in &mut keyed {
+            k.total = k.total.saturating_add(fleet.duplicated(k.uncached));
+        }
+        // By (not full, cost, recent work); remaining ties keep ring order.
+        keyed.sort_unstable_by_key(|k| (k.full, k.total, k.work, k.rank));
+        let (all_full, head) = (keyed[0].full, keyed[0].instance);
         let reason = if all_full {
             Reason::Fallback
         } else if best_match == 0 {
@@ -109,7 +118,7 @@ impl Policy for LongestPrefix {
         } else {
             Reason::CacheSpread
         };
-        let mut sorted: Vec<usize> = keyed.into_iter().map(|(_, _, _, i)| i).collect();
+        let mut sorted: Vec<usize> = keyed.iter().map(|k| k.instance).collect();
         sorted.extend_from_slice(&order[up..]);
         Plan {
             order: sorted,
@@ -340,5 +349,70 @@ mod tests {
             p.queued_charge(&req(1000), &loads[0]),
             360 + crate::cost::REQUEST_OVERHEAD
         );
+    }
+
+    #[test]
+    fn an_idle_cold_fleet_is_planned_in_the_key_s_ring_order() {
+        // Every cost ties: past 20 candidates an unstable sort would show it.
+        let p = policy(32, 3);
+        let loads = vec![Load::with_in_flight(0); 32];
+        for key in [1, 99, 4242, u64::MAX] {
+            let r = Request { key, ..req(2000) };
+            let plan = p.plan(&r, &loads);
+            assert_eq!(plan.order, p.ring.walk(key).collect::<Vec<_>>());
+            assert_eq!(plan.reason, Reason::Cold);
+        }
+    }
+
+    /// A load from a few values each, so that costs often tie.
+    fn tied_load() -> impl proptest::strategy::Strategy<Value = Load> {
+        use proptest::prelude::*;
+        (
+            0usize..4,
+            0usize..3,
+            prop_oneof![Just(0u64), Just(1000)],
+            0usize..2,
+            prop_oneof![Just(0u16), Just(1000)],
+            0u64..3,
+            proptest::bool::weighted(0.9),
+        )
+            .prop_map(
+                |(in_flight, matched, queued, waiting, fill, work, available)| Load {
+                    in_flight,
+                    matched_blocks: matched,
+                    queued_prefill: queued,
+                    waiting,
+                    cache_fill: fill,
+                    recent_work: work,
+                    available,
+                    ..Load::default()
+                },
+            )
+    }
+
+    proptest::proptest! {
+        /// The plan leads with what `explain` shows as cheapest: its order
+        /// is the available instances by (not full, the costs `costs`
+        /// reports, recent work), ties in ring order, then the rest.
+        #[test]
+        fn the_plan_orders_by_the_costs_explain_shows(
+            loads in proptest::collection::vec(tied_load(), 1..48),
+            key in 0u64..1_000_000,
+            prompt in 1u64..4000,
+        ) {
+            let p = policy(loads.len(), 3);
+            let r = Request { key, ..req(prompt) };
+            let plan = p.plan(&r, &loads);
+            let costs = p.costs(&r, &loads).unwrap_or_default();
+            let walk: Vec<usize> = p.ring.walk(key).collect();
+            let limit = 3; // the threshold: no balance factor
+            let up = |&i: &usize| loads[i].available;
+            let mut want: Vec<usize> = walk.iter().copied().filter(up).collect();
+            want.sort_by_key(|&i| {
+                (loads[i].in_flight >= limit, costs[i].total, loads[i].recent_work)
+            });
+            want.extend(walk.iter().copied().filter(|i| !up(i)));
+            proptest::prop_assert_eq!(plan.order, want);
+        }
     }
 }
