@@ -25,6 +25,11 @@ use kvgate::kv_events::{Feed, Subscription, Trust};
 use rmp::encode::{write_array_len, write_f64, write_map_len, write_nil, write_str, write_uint};
 use zeromq::{Socket, SocketSend, ZmqMessage};
 
+/// The gateway's own allocator (`src/main.rs`): the memory a held block
+/// costs is what the shipped binary's allocator keeps for it.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Encoding {
     /// Current vLLM: maps with a `type` member.
