@@ -163,7 +163,8 @@ impl Fleet {
         available: 0,
     };
 
-    /// The fleet around `costs` (each available instance's own) and `loads`.
+    /// The fleet around `costs` (each available instance's own) and `loads`:
+    /// the same instances in the same order (a longer one is cut short).
     pub fn of<'a>(costs: &[Cost], loads: impl Iterator<Item = &'a Load>) -> Self {
         let mut fleet = costs.iter().zip(loads).fold(Self::EMPTY, |mut f, (c, l)| {
             f.add(c.uncached_tokens, l);
