@@ -32,6 +32,11 @@ use zeromq::{Socket, SocketSend, ZmqMessage};
 
 mod common;
 
+/// The gateway's own allocator (`src/main.rs`), so that a decision's
+/// allocations cost here what they cost in the shipped binary.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const TOKENIZER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/fixtures/smollm2/tokenizer.json"

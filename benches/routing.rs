@@ -9,7 +9,7 @@
 //! measures the index's real bytes per entry and prints it.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark setup")]
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
@@ -21,21 +21,34 @@ use kvgate_routing::{self as routing, BlockIndex, Load, PolicySpec, Request, Str
 
 mod common;
 
-/// Live heap bytes, to measure the index (std has no such counter).
+/// Live heap bytes, to measure the index (std has no such counter), over
+/// jemalloc: the allocator the gateway ships (`src/main.rs`), so that the
+/// allocations of a decision cost here what they cost there.
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+static JEMALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-// SAFETY: forwards to the system allocator and only counts.
+// SAFETY: forwards to jemalloc and only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
         // SAFETY: same layout contract as the caller's.
-        unsafe { System.alloc(l) }
+        unsafe { JEMALLOC.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: same layout contract as the caller's.
+        unsafe { JEMALLOC.alloc_zeroed(l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as isize - l.size() as isize, Ordering::Relaxed);
+        // SAFETY: `p` came from this allocator with layout `l`.
+        unsafe { JEMALLOC.realloc(p, l, new_size) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
         // SAFETY: `p` came from `alloc` with this layout.
-        unsafe { System.dealloc(p, l) }
+        unsafe { JEMALLOC.dealloc(p, l) }
     }
 }
 
