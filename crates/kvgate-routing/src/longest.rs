@@ -80,10 +80,10 @@ impl Policy for LongestPrefix {
         let limit = balance_cap(self.balance_factor, loads)
             .map_or(self.threshold, |cap| (cap + 1).min(self.threshold));
         // Two passes over the available instances in ring order, filling one
-        // vector on this per-request path: the first takes
-        // each one's own cost and counts the fleet (the least uncached, the
-        // busy, the best match); the second adds the work each would
-        // duplicate, which needs the least uncached of all.
+        // vector on this per-request path: the first takes each one's own
+        // cost and counts the fleet (the least uncached, the busy, the best
+        // match); the second adds the work each would duplicate, which needs
+        // the least uncached of all.
         let model = self.model_for(request);
         let mut keyed: Vec<Candidate> = Vec::with_capacity(up);
         let (mut fleet, mut best_match) = (Fleet::EMPTY, 0);
