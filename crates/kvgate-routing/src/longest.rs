@@ -352,7 +352,7 @@ mod tests {
 
     #[test]
     fn an_idle_cold_fleet_is_planned_in_the_key_s_ring_order() {
-        // Every cost ties: past 20 candidates an unstable sort would show it.
+        // Every cost ties, so the plan is the key's walk round the ring.
         let p = policy(32, 3);
         let loads = vec![Load::with_in_flight(0); 32];
         for key in [1, 99, 4242, u64::MAX] {
