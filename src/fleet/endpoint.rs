@@ -40,6 +40,12 @@ pub struct Endpoint {
     /// Engine tokens an index block stood for when the instances' indexes
     /// were last sized ([`Endpoint::follow_density`]).
     index_block_tokens: AtomicU64,
+    /// Each instance's KV-event feed, by position, as `build` left it (an
+    /// instance's feed changes only there). A view reads these instead of
+    /// loading each instance's `ArcSwap`: a load and its release are locked
+    /// instructions, full barriers on x86, and at 1,000 instances they
+    /// kept the view's memory reads from overlapping (issue 31).
+    feeds: Vec<Option<Arc<Feed>>>,
 }
 
 /// Size each instance's index for its capacity in tokens (learned where it
@@ -120,6 +126,10 @@ impl Endpoint {
             }
             inst.follow_kv_events(events, ic.kv_replay.as_deref(), settings, &held);
         }
+        let feeds = instances
+            .iter()
+            .map(|i| i.kv_feed().map(|s| Arc::clone(&s.feed)))
+            .collect();
         let shared_tier = shared_tier(ec, old, &held);
         if ec.health.is_none() {
             // No active checks any more: nothing would ever bring an
@@ -159,6 +169,7 @@ impl Endpoint {
             queue,
             density,
             index_block_tokens: AtomicU64::new(block_tokens),
+            feeds,
         });
         (ep, joined)
     }
@@ -212,20 +223,21 @@ impl Endpoint {
             .as_ref()
             .filter(|_| routing.strategy.uses_events());
         let now = std::time::Instant::now();
+        let now_ns = crate::kv_events::stamp(now);
         let now_ms = super::instance::now_ms();
         let shared: Option<&Feed> = self
             .shared_tier
             .as_deref()
             .map(|s| &*s.feed)
-            .filter(|f| f.trust(now).is_live());
+            .filter(|f| f.trust_at(now_ns).is_live());
         // One look at each instance's feed (its trust, its slot in the
         // fleet-wide index, the blocks it holds: atomics), then one walk of
         // the request's keys for the whole fleet.
         let feeds: Vec<FeedNow> = match kv {
             Some(_) => self
-                .instances
+                .feeds
                 .iter()
-                .map(|i| self.feed_now(i, now))
+                .map(|f| self.feed_now(f.as_deref(), now, now_ns))
                 .collect(),
             None => Vec::new(),
         };
@@ -310,17 +322,17 @@ struct FeedNow {
 }
 
 impl Endpoint {
-    /// An instance's feed as a view sees it at `now`; a live one's stale
-    /// expected prompts are dropped first, as its own lookup did.
-    fn feed_now(&self, inst: &Instance, now: std::time::Instant) -> FeedNow {
-        let feed = inst.kv_feed_now();
-        let Some(feed) = feed.as_deref() else {
+    /// An instance's feed as a view sees it at `now` (`now_ns` as
+    /// [`crate::kv_events::stamp`] gives it); a live one's stale expected
+    /// prompts are dropped first, as its own lookup did.
+    fn feed_now(&self, feed: Option<&Feed>, now: std::time::Instant, now_ns: u64) -> FeedNow {
+        let Some(feed) = feed else {
             return FeedNow::default();
         };
-        let trust = feed.trust(now);
+        let trust = feed.trust_at(now_ns);
         let live = trust.is_live();
         if live {
-            feed.expire_due(now);
+            feed.expire_due_at(now, now_ns);
         }
         FeedNow {
             trust: Some(trust),

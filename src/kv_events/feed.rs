@@ -200,6 +200,13 @@ impl Feed {
         Duration::from_millis(self.hot.silence_ms.load(Ordering::Relaxed))
     }
 
+    fn silence_ns(&self) -> u64 {
+        self.hot
+            .silence_ms
+            .load(Ordering::Relaxed)
+            .saturating_mul(1_000_000)
+    }
+
     /// Apply a reload's silence and limit (the block size cannot change in place).
     pub fn update(&self, settings: FeedSettings) {
         let ms = u64::try_from(settings.silence.as_millis()).unwrap_or(u64::MAX);
@@ -233,6 +240,12 @@ impl Feed {
     }
 
     pub fn trust(&self, now: Instant) -> Trust {
+        self.trust_at(clock::stamp(now))
+    }
+
+    /// [`Feed::trust`] at `now_ns` ([`clock::stamp`]): a view of a whole
+    /// fleet converts its instant once, not once an instance.
+    pub fn trust_at(&self, now_ns: u64) -> Trust {
         if !self.hot.connected.load(Ordering::Relaxed) {
             return Trust::Disconnected;
         }
@@ -243,8 +256,7 @@ impl Feed {
         let silence = self.silence();
         // Integer nanoseconds: every request's view calls this for every
         // instance, and `Instant` arithmetic a field was most of its cost.
-        let now_ns = clock::stamp(now);
-        let silence_ns = u64::try_from(silence.as_nanos()).unwrap_or(u64::MAX);
+        let silence_ns = self.silence_ns();
         let within = |age: Option<u64>| age.is_some_and(|a| a < silence_ns);
         if let Some(since) = t.partial_since.get() {
             if within(t.partial_since.age_ns(now_ns)) || within(t.last_orphan.age_ns(now_ns)) {
@@ -287,16 +299,19 @@ impl Feed {
     /// atomic read otherwise (a view calls it for every live instance
     /// before its walk, as `matched` does under its lock).
     pub fn expire_due(&self, now: Instant) {
-        let silence = self.silence();
-        let silence_ns = u64::try_from(silence.as_nanos()).unwrap_or(u64::MAX);
+        self.expire_due_at(now, clock::stamp(now));
+    }
+
+    /// [`Feed::expire_due`] with `now` also as [`clock::stamp`] gives it.
+    pub fn expire_due_at(&self, now: Instant, now_ns: u64) {
         if self
             .hot
             .oldest_expected
-            .age_ns(clock::stamp(now))
-            .is_some_and(|a| a >= silence_ns)
+            .age_ns(now_ns)
+            .is_some_and(|a| a >= self.silence_ns())
         {
             let mut st = self.lock();
-            expire(&mut st, now, silence);
+            expire(&mut st, now, self.silence());
             self.hot
                 .oldest_expected
                 .set(st.expecting.front().map(|(t, _)| *t));

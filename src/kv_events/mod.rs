@@ -16,6 +16,7 @@ pub mod wire;
 
 use std::sync::Arc;
 
+pub use clock::stamp;
 pub use feed::{Feed, Trust};
 
 /// A feed and the task that follows it; dropping it stops the task.

@@ -55,9 +55,6 @@ pub struct Instance {
     recent_work: super::recent_work::RecentWork,
     /// Its prefill rate as first bytes show it.
     prefill_rate: super::prefill_rate::PrefillRate,
-    /// `kv`'s feed itself, for views: one pointer from here to what a view
-    /// reads of it, not two (through the subscription).
-    kv_view: arc_swap::ArcSwapOption<Feed>,
     /// What the other gateway replicas have dispatched here (`fleet::peers`).
     pub peer: super::peers::PeerLoad,
     /// Its load as its engine reports it (read for cache-aware routing and
@@ -196,7 +193,6 @@ impl Instance {
             pace: Default::default(),
             index: BlockIndex::default(),
             kv: arc_swap::ArcSwapOption::empty(),
-            kv_view: arc_swap::ArcSwapOption::empty(),
             learned_cache_tokens: AtomicUsize::new(0),
             capacity_tries: AtomicU32::new(0),
             cooldown_until: AtomicU64::new(0),
@@ -247,21 +243,12 @@ impl Instance {
                 fleet,
             ))
         });
-        self.kv_view
-            .store(next.as_ref().map(|s| Arc::clone(&s.feed)));
         self.kv.store(next.map(Arc::new));
     }
 
     /// The KV-event feed, when the instance has one.
     pub fn kv_feed(&self) -> Option<Arc<Subscription>> {
         self.kv.load_full()
-    }
-
-    /// [`Self::kv_feed`] for a moment's look (a request's view): no
-    /// reference count touched, so a view of 1,000 instances writes to none
-    /// of their cache lines for it.
-    pub fn kv_feed_now(&self) -> arc_swap::Guard<Option<Arc<Feed>>> {
-        self.kv_view.load()
     }
 
     pub fn in_flight(&self) -> usize {
