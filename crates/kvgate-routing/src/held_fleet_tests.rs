@@ -139,3 +139,48 @@ fn holders_spill_and_come_back_inline() {
     );
     assert!(fleet.is_empty());
 }
+
+#[test]
+fn entries_past_many_pages_keep_their_positions_and_are_reused() {
+    // 200,000 blocks: about 3,000 a shard, over the 1,024 of a slab page.
+    let fleet = FleetHeld::new();
+    let s = fleet.join().unwrap_or(0);
+    let keys: Vec<u64> = (0..200_000u64)
+        .map(|i| i.wrapping_mul(0x9e37_79b9))
+        .collect();
+    let pos: Vec<u32> = keys
+        .iter()
+        .map(|&k| {
+            fleet
+                .upsert(k, s, |_| REF | GPU)
+                .map_or(u32::MAX, |(p, _)| p)
+        })
+        .collect();
+    assert_eq!(fleet.len(), keys.len());
+    for (&k, &p) in keys.iter().zip(&pos) {
+        assert_eq!(fleet.key_at(p), Some(k));
+    }
+    // Every other block leaves; new blocks take their entries, the rest stay put.
+    for &p in pos.iter().step_by(2) {
+        fleet.update(p, s, |_| 0);
+    }
+    let fresh: Vec<u32> = (0..100_000u64)
+        .map(|i| {
+            fleet
+                .upsert(u64::MAX - i, s, |_| REF | CPU)
+                .map_or(u32::MAX, |(p, _)| p)
+        })
+        .collect();
+    let freed: std::collections::HashSet<u32> = pos.iter().step_by(2).copied().collect();
+    let reused = fresh.iter().filter(|p| freed.contains(p)).count();
+    // Freed entries are taken before a shard's slab grows; a shard given more
+    // new keys than it freed grows by the difference.
+    assert!(reused > 95_000, "{reused} of 100,000 reused");
+    for (i, &p) in fresh.iter().enumerate() {
+        assert_eq!(fleet.key_at(p), Some(u64::MAX - i as u64));
+    }
+    for (&k, &p) in keys.iter().zip(&pos).skip(1).step_by(2) {
+        assert_eq!(fleet.key_at(p), Some(k));
+        assert_eq!(fleet.record(k, s) & (GPU | CPU), GPU);
+    }
+}

@@ -3,7 +3,7 @@
 //! it and their tiers.
 //!
 //! Layout: a slab of 16-byte entries (the key; one holder inline; the index of
-//! a spilled holder list, or none) that never moves an entry, so an instance
+//! a spilled holder list, or none) in 16 KiB pages that never move, so an instance
 //! may keep an entry's position (4 bytes) for its removals and parent
 //! lookups; a hashbrown table of 4-byte positions by key for matching. A
 //! block held by one instance costs 16 bytes plus 5 bytes a bucket (at most
@@ -58,9 +58,57 @@ struct Entry {
     spill: u32,
 }
 
+const PAGE_BITS: u32 = 10;
+/// Entries a page (16 KiB).
+const PAGE: usize = 1 << PAGE_BITS;
+
+/// Entries in pages that never move: one vector doubling as it grew was up
+/// to half empty (at 256 × 2,048 blocks, half the shards had just doubled: 8
+/// bytes more a block on average) and freed each smaller copy, which jemalloc
+/// keeps as dirty pages for seconds. Only a shard's last page is partly
+/// filled, and only its first grows in place (a small fleet stays small).
+#[derive(Debug, Default)]
+struct Slab {
+    pages: Vec<Vec<Entry>>,
+    len: usize,
+}
+
+impl Slab {
+    fn get(&self, at: u32) -> Option<&Entry> {
+        self.pages
+            .get((at >> PAGE_BITS) as usize)?
+            .get(at as usize & (PAGE - 1))
+    }
+
+    fn get_mut(&mut self, at: u32) -> Option<&mut Entry> {
+        self.pages
+            .get_mut((at >> PAGE_BITS) as usize)?
+            .get_mut(at as usize & (PAGE - 1))
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, e: Entry) {
+        match self.pages.last_mut() {
+            Some(page) if page.len() < PAGE => page.push(e),
+            last => {
+                let mut page = match last {
+                    Some(_) => Vec::with_capacity(PAGE),
+                    None => Vec::new(),
+                };
+                page.push(e);
+                self.pages.push(page);
+            }
+        }
+        self.len += 1;
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Shard {
-    entries: Vec<Entry>,
+    entries: Slab,
     free: Vec<u32>,
     by_key: HashTable<u32>,
     spills: Vec<Vec<u32>>,
@@ -80,22 +128,20 @@ impl Shard {
     pub fn find(&self, key: u64) -> Option<u32> {
         let entries = &self.entries;
         self.by_key
-            .find(mix(key), |&i| {
-                entries.get(i as usize).is_some_and(|e| e.key == key)
-            })
+            .find(mix(key), |&i| entries.get(i).is_some_and(|e| e.key == key))
             .copied()
     }
 
     pub fn key_at(&self, at: u32) -> Option<u64> {
         self.entries
-            .get(at as usize)
+            .get(at)
             .filter(|e| e.one != 0 || e.spill != NONE)
             .map(|e| e.key)
     }
 
     /// The holders of the entry at `at`, sorted by slot.
     pub fn holders(&self, at: u32) -> &[u32] {
-        match self.entries.get(at as usize) {
+        match self.entries.get(at) {
             Some(e) if e.spill != NONE => {
                 self.spills.get(e.spill as usize).map_or(&[], Vec::as_slice)
             }
@@ -147,7 +193,7 @@ impl Shard {
         };
         let at = match self.free.pop() {
             Some(at) => {
-                *self.entries.get_mut(at as usize)? = e;
+                *self.entries.get_mut(at)? = e;
                 at
             }
             None => {
@@ -159,7 +205,7 @@ impl Shard {
             }
         };
         let entries = &self.entries;
-        let key_of = |&i: &u32| mix(entries.get(i as usize).map_or(0, |e| e.key));
+        let key_of = |&i: &u32| mix(entries.get(i).map_or(0, |e| e.key));
         self.by_key.insert_unique(mix(key), at, key_of);
         Some((at, one))
     }
@@ -168,7 +214,7 @@ impl Shard {
     /// none; 0 returned: it holds nothing). An entry left without holders is
     /// freed. Returns the new record. A free entry is left alone.
     pub fn update(&mut self, at: u32, slot: u32, f: impl FnOnce(u32) -> u32) -> u32 {
-        let Some(e) = self.entries.get(at as usize).copied() else {
+        let Some(e) = self.entries.get(at).copied() else {
             return 0;
         };
         if e.one == 0 && e.spill == NONE {
@@ -200,7 +246,7 @@ impl Shard {
                 let one = list.first().copied().unwrap_or(0);
                 *list = Vec::new();
                 self.free_spills.push(e.spill);
-                if let Some(e) = self.entries.get_mut(at as usize) {
+                if let Some(e) = self.entries.get_mut(at) {
                     e.spill = NONE;
                 }
                 self.set_one(at, one);
@@ -210,7 +256,7 @@ impl Shard {
     }
 
     fn set_one(&mut self, at: u32, one: u32) {
-        let Some(e) = self.entries.get_mut(at as usize) else {
+        let Some(e) = self.entries.get_mut(at) else {
             return;
         };
         e.one = one;
@@ -236,7 +282,7 @@ impl Shard {
                 (self.spills.len() - 1) as u32
             }
         };
-        if let Some(e) = self.entries.get_mut(at as usize) {
+        if let Some(e) = self.entries.get_mut(at) {
             e.spill = idx;
             e.one = 0;
         }
