@@ -195,3 +195,22 @@ fn churn_keeps_the_packed_store_equal_to_a_plain_map() {
         }
     }
 }
+
+#[test]
+fn a_hash_twice_in_one_event_is_applied_in_order() {
+    // Engine lookups are made ahead of an event's changes; a hash the event
+    // names twice must see what its first mention did.
+    let tokens = ids(48);
+    let keys = token_keys(seed(None), &tokens, 16, 100);
+    let mut idx = HeldIndex::new(1000);
+    // The third block reuses the first one's hash for other content: the
+    // first block is forgotten, as it would be in two events.
+    idx.store(&[1, 2, 1], None, &tokens, 16, Medium::Gpu, seed(None));
+    assert_eq!(idx.len(), 2);
+    assert_eq!(idx.matched(&keys, None, W).blocks, 0);
+    assert_eq!(idx.matched(&keys[2..], None, W).blocks, 1);
+    assert_eq!(idx.remove(&[2, 2], Medium::Gpu), 1, "removed once");
+    assert_eq!(idx.remove(&[1, 1], Medium::Gpu), 1, "removed once");
+    assert!(idx.is_empty());
+    assert!(idx.fleet().is_empty());
+}
