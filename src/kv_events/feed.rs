@@ -404,6 +404,18 @@ impl Feed {
             .set(st.expecting.front().map(|(t, _)| *t));
     }
 
+    /// The subscription ended (the instance follows other sockets now, or
+    /// none, or the gateway stops): no longer connected, and its blocks
+    /// leave the fleet-wide index now, not when the last holder of the feed
+    /// (an endpoint a reload replaced, still serving its requests) lets it
+    /// go. Its metric series are the instance's, and left to its next feed.
+    pub fn stop(&self) {
+        self.set_connected(false);
+        let mut st = self.lock();
+        st.index.clear();
+        self.hot.held.store(0, Ordering::Relaxed);
+    }
+
     /// Forget everything the publisher said: it restarted or cleared its
     /// cache, so the engine holds nothing and the index is complete again.
     pub fn reset(&self) {

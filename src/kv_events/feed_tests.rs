@@ -77,3 +77,26 @@ fn expected_blocks_count_in_the_walk_until_they_expire() {
     a.expire_due(sent + Duration::from_secs(61));
     assert_eq!(fleet.matched_all(&keys, None, W)[s].blocks, 0);
 }
+
+#[test]
+fn an_ended_subscription_leaves_the_index_though_its_feed_lives_on() {
+    // A reload that points an instance at other sockets drops its
+    // subscription, while an endpoint the reload replaced may still hold
+    // the feed for the requests it serves.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _in = rt.enter();
+    let fleet = Arc::new(FleetHeld::new());
+    let sub = crate::kv_events::Subscription::start(feed(&fleet, "a")).unwrap();
+    let kept = Arc::clone(&sub.feed);
+    let tokens: Vec<u32> = (0..64).collect();
+    kept.apply(&stored(&tokens, 1), Instant::now());
+    kept.set_connected(true);
+    assert_eq!(fleet.len(), 4);
+    drop(sub);
+    assert!(fleet.is_empty(), "its blocks left with the subscription");
+    assert_eq!(kept.held_blocks(), 0);
+    assert_eq!(kept.trust(Instant::now()), Trust::Disconnected);
+}

@@ -42,5 +42,6 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.task.abort();
+        self.feed.stop();
     }
 }

@@ -18,7 +18,7 @@ pub fn mix(x: u64) -> u64 {
 
 /// The engine hash as stored: its two top bits give way to the tiers (an
 /// engine-hash collision then needs 62 equal bits).
-fn engine_id(h: EngineHash) -> u64 {
+pub fn engine_id(h: EngineHash) -> u64 {
     h & !(3 << 62)
 }
 

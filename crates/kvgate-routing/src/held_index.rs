@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::engines::Engines;
+use super::engines::{Engines, engine_id};
 use super::fleet::{FleetHeld, Pos};
 use super::holders::{CPU, EXPECTED, GPU, REF, refs};
 use super::{Applied, EngineHash, HashKeyed, Held, Medium, TierWeights, chain};
@@ -61,9 +61,15 @@ impl Ahead {
         }
         let j = i - start;
         match chunk.get(j) {
-            // A hash seen earlier in the chunk was changed since the look
-            // ahead: look again.
-            Some(&h) if chunk.get(..j).is_some_and(|c| c.contains(&h)) => engines.find(h),
+            // A hash the table takes for one seen earlier in the chunk was
+            // changed since the look ahead: look again.
+            Some(&h)
+                if chunk
+                    .get(..j)
+                    .is_some_and(|c| c.iter().any(|&e| engine_id(e) == engine_id(h))) =>
+            {
+                engines.find(h)
+            }
             Some(_) => self.found.get(j).copied().flatten(),
             None => None,
         }

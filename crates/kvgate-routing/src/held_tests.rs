@@ -213,4 +213,10 @@ fn a_hash_twice_in_one_event_is_applied_in_order() {
     assert_eq!(idx.remove(&[1, 1], Medium::Gpu), 1, "removed once");
     assert!(idx.is_empty());
     assert!(idx.fleet().is_empty());
+    // Hashes alike but for their top two bits (the table keeps 62) are one.
+    let alias = 7 | 1 << 63;
+    idx.store(&[7, 8, alias], None, &tokens, 16, Medium::Gpu, seed(None));
+    assert_eq!(idx.len(), 2);
+    assert_eq!(idx.remove(&[7, alias], Medium::Gpu), 1, "removed once");
+    assert_eq!(idx.matched(&keys[2..], None, W).blocks, 0);
 }
