@@ -62,11 +62,12 @@ const PAGE_BITS: u32 = 10;
 /// Entries a page (16 KiB).
 const PAGE: usize = 1 << PAGE_BITS;
 
-/// Entries in pages that never move: one vector doubling as it grew was up
-/// to half empty (at 256 × 2,048 blocks, half the shards had just doubled: 8
-/// bytes more a block on average) and freed each smaller copy, which jemalloc
-/// keeps as dirty pages for seconds. Only a shard's last page is partly
-/// filled, and only its first grows in place (a small fleet stays small).
+/// Entries in pages that never move. One vector doubling as it grew copied
+/// the whole shard under its write lock (about 25 MB a shard at 1,000
+/// engines × 100k blocks) and freed each smaller copy, which jemalloc keeps
+/// as dirty pages for seconds (2–3 B a held block at 256 × 2,048, in
+/// bench/results/kv-ingest.md). Only a shard's last page is partly filled,
+/// and only its first grows in place (a small fleet stays small).
 #[derive(Debug, Default)]
 struct Slab {
     pages: Vec<Vec<Entry>>,
