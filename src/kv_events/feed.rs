@@ -413,7 +413,7 @@ impl Feed {
         self.set_connected(false);
         let mut st = self.lock();
         st.index.clear();
-        self.hot.held.store(0, Ordering::Relaxed);
+        self.held_now(&st);
     }
 
     /// Forget everything the publisher said: it restarted or cleared its
