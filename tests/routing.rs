@@ -30,6 +30,8 @@ mod kv_tiers;
 mod pace;
 #[path = "routing/regimes.rs"]
 mod regimes;
+#[path = "routing/sessions.rs"]
+mod sessions;
 #[path = "routing/units.rs"]
 mod units;
 #[path = "routing/warmup.rs"]

@@ -150,6 +150,10 @@ pub fn explain(
         },
         "key": format!("{:016x}", input.key),
         "prompt_tokens_estimate": input.prompt_tokens,
+        // A continuation's opening: an instance holding more than this
+        // holds the conversation's own history, where the balance cap does
+        // not bind it (`longest_prefix`, `kv_aware`).
+        "opening_tokens_estimate": input.opening_tokens,
         "units": units(ep),
         "chain_blocks": input.chain.len(),
         "prompt_tokens": input.kv.as_ref().map(|k| k.tokens),
@@ -289,7 +293,7 @@ pub fn why(reason: Reason, strategy: Strategy) -> &'static str {
             "least cost, and it holds the longest cached prefix of this prompt"
         }
         (Reason::CacheSpread, _) => {
-            "least cost: an instance holding more of this prompt is at its limit, or has more prefill queued than recomputing the difference here costs (twice that when this cache is full, for what the copy evicts)"
+            "least cost: an instance holding more of this prompt is at its limit (the balance cap binds it unless it holds this conversation past its opening), or has more prefill queued than recomputing the difference here costs (twice that when this cache is full, for what the copy evicts)"
         }
         (Reason::Cold, _) => {
             "no instance holds any of this prompt: the least loaded, ties broken by the work given each instance lately, then the ring"

@@ -53,6 +53,9 @@ pub struct RouteInput {
     /// what the answer's `usage.prompt_tokens` is set against to learn the
     /// engine's tokens a character (`kvgate_routing::units`).
     pub prompt_chars: Option<u64>,
+    /// Estimated tokens of a conversation's opening, when the prompt goes on
+    /// with its own history ([`kvgate_routing::Request::opening_tokens`]).
+    pub opening_tokens: Option<u64>,
     /// The bytes to forward: the client's, untouched, except that the
     /// admission layer may set the upstream `cache_salt` (see `tenancy::salt`).
     pub body: Bytes,
@@ -84,6 +87,7 @@ impl RouteInput {
             kv: None,
             prompt_tokens: 0,
             prompt_chars: None,
+            opening_tokens: None,
             body: Bytes::new(),
             has_cache_salt: false,
             is_object: false,
@@ -110,6 +114,7 @@ impl RouteInput {
             } else {
                 self.endpoint.density.block_tokens(routing.block_chars)
             },
+            opening_tokens: self.opening_tokens,
         }
     }
 }

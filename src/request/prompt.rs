@@ -28,7 +28,7 @@ pub fn key(
     // One extraction serves both the key's window and, for cache-aware
     // strategies, the longer stretch the block chain is cut from.
     let scan = routing.scan_chars();
-    let mut window = window(route, &prompt, value, &routing.prompt_members, scan)?;
+    let (mut window, history_from) = window(route, &prompt, value, &routing.prompt_members, scan)?;
     // A scan that stopped short saw the whole prompt; one that filled up did
     // not, and the body's size is the better estimate of the rest.
     let seen = window.len();
@@ -40,6 +40,7 @@ pub fn key(
     let density = &input.endpoint.density;
     let estimate = density.tokens_of(prompt_chars);
     input.prompt_chars = (seen < scan).then_some(prompt_chars as u64);
+    input.opening_tokens = history_from.map(|chars| density.tokens_of(chars));
     // Embeddings are keyed (for `explain` and load strategies that use it)
     // but not indexed: no generation's cache is reused by a later request.
     if route.uses_strategy() && routing.strategy.uses_index() {
@@ -78,32 +79,38 @@ pub fn key(
     Ok(window)
 }
 
-/// The canonical prompt text of up to `scan` characters, as the route's API reads it.
+/// The canonical prompt text of up to `scan` characters, as the route's API
+/// reads it, and the character where a conversation's own history begins in
+/// it (chat and Messages only).
 fn window(
     route: Route,
     prompt: &Value,
     body: &Value,
     members: &[String],
     scan: usize,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<(Vec<u8>, Option<usize>), ApiError> {
+    let conversation = |w: kvgate_prefix::Window| (w.text.into_bytes(), w.history_from);
     Ok(match route.api() {
-        Api::Chat => kvgate_prefix::chat_window(prompt, scan)
-            .map_err(|e| ApiError::invalid(&e.param, e.message))?
-            .into_bytes(),
-        Api::Messages => kvgate_prefix::messages_window(prompt, scan)
-            .map_err(|e| ApiError::invalid(&e.param, e.message))?
-            .into_bytes(),
-        Api::Completions => kvgate_prefix::completions_window(prompt, scan)
-            .map_err(|e| {
-                // Embeddings' `input` is read as completions' `prompt`.
-                let param = match route {
-                    Route::Embeddings => e.param.replacen("prompt", "input", 1),
-                    _ => e.param,
-                };
-                ApiError::invalid(&param, e.message)
-            })?
-            .into_bytes(),
-        Api::Native => kvgate_prefix::native_window(body, members, scan),
+        Api::Chat => kvgate_prefix::chat_window_with_history(prompt, scan)
+            .map(conversation)
+            .map_err(|e| ApiError::invalid(&e.param, e.message))?,
+        Api::Messages => kvgate_prefix::messages_window_with_history(prompt, scan)
+            .map(conversation)
+            .map_err(|e| ApiError::invalid(&e.param, e.message))?,
+        Api::Completions => (
+            kvgate_prefix::completions_window(prompt, scan)
+                .map_err(|e| {
+                    // Embeddings' `input` is read as completions' `prompt`.
+                    let param = match route {
+                        Route::Embeddings => e.param.replacen("prompt", "input", 1),
+                        _ => e.param,
+                    };
+                    ApiError::invalid(&param, e.message)
+                })?
+                .into_bytes(),
+            None,
+        ),
+        Api::Native => (kvgate_prefix::native_window(body, members, scan), None),
     })
 }
 

@@ -30,6 +30,7 @@ pub use key::routing_key;
 pub use parse::{MAX_DEPTH, parse_strict};
 pub use partition::{MAX_PARTITION_ID_CHARS, is_valid_partition_id};
 pub use window::{
-    DEFAULT_PROMPT_MEMBERS, MESSAGE_BLOCK_TYPES, ShapeError, chat_window, completions_window,
-    default_prompt_members, messages_window, native_window,
+    DEFAULT_PROMPT_MEMBERS, MESSAGE_BLOCK_TYPES, ShapeError, Window, chat_window,
+    chat_window_with_history, completions_window, default_prompt_members, messages_window,
+    messages_window_with_history, native_window,
 };

@@ -124,6 +124,13 @@ pub struct Request {
     /// Tokens a matched block stands for, as learned of the engine
     /// ([`units::Density`]); 0: the policy's own ([`CostModel::block_tokens`]).
     pub block_tokens: u64,
+    /// Estimated tokens of a conversation's opening (its tools and system
+    /// prompt, what other conversations may share) when the prompt goes on
+    /// past it with an answered question (`kvgate_prefix::Window`); `None`
+    /// for a first question or a raw prompt. An instance holding more than
+    /// the opening holds history that only this conversation's earlier turns
+    /// put there ([`LongestPrefix`]).
+    pub opening_tokens: Option<u64>,
 }
 
 impl Request {

@@ -9,12 +9,26 @@
 //! instance into a replicated one: the cost model alone compares this request's
 //! wait only, and a cached request always waits less on its holder than a cold
 //! prefill elsewhere — so without the cap one holder would take all of a shared
-//! system prompt's conversations. The least [`Cost::total`] leads; among equal
-//! costs (a cold prefix on an idle fleet) the instance given the least work
-//! lately ([`Load::recent_work`]), so a few hot keys cannot leave an instance
-//! idle; remaining ties go by the key's ring walk. The rest follow by cost as
-//! failover. When every instance is full the least
-//! costly one leads anyway (reason `fallback`). O(instances · log instances).
+//! system prompt's conversations.
+//!
+//! The cap does not bind a conversation's continuation on an instance that
+//! holds more of it than its opening ([`Request::opening_tokens`]: tools and
+//! system prompt, before its first answered question): what lies past the
+//! opening is that one conversation's own history, which no copy elsewhere
+//! can serve and whose copy would replicate nothing but that conversation's
+//! turns. There it stays until the instance's queue outweighs recomputing
+//! it, as the cost model weighs it; the cap still decides where each
+//! conversation starts. Without this, at low load (a cap of 2–3 requests an
+//! instance) a coding agent's 40,000-token session was pushed off its holder
+//! whenever two other sessions were running there, and recomputed in full on
+//! an instance holding none of it (3.5 s to a first token against 25 ms).
+//!
+//! The least [`Cost::total`] leads; among equal costs (a cold prefix on an
+//! idle fleet) the instance given the least work lately
+//! ([`Load::recent_work`]), so a few hot keys cannot leave an instance idle;
+//! remaining ties go by the key's ring walk. The rest follow by cost as
+//! failover. When every instance is full the least costly one leads anyway
+//! (reason `fallback`). O(instances · log instances).
 
 use super::cost::Fleet;
 use super::{Cost, CostModel, Load, Plan, Policy, Reason, Request, Ring, balance_cap, ring_order};
@@ -64,6 +78,19 @@ impl LongestPrefix {
     }
 }
 
+/// Whether `load`'s instance holds `request`'s conversation past its opening:
+/// history only its earlier turns put there. Past it by a block, or by an
+/// eighth of the opening where that is more, because the opening's tokens are
+/// estimated from its characters while matches count the engine's blocks (a
+/// chat template adds tokens of its own).
+fn holds_history(request: &Request, load: &Load, model: CostModel) -> bool {
+    request.opening_tokens.is_some_and(|opening| {
+        let margin = model.block_tokens.max(opening / 8);
+        (load.matched_blocks as u64).saturating_mul(model.block_tokens)
+            >= opening.saturating_add(margin)
+    })
+}
+
 impl Policy for LongestPrefix {
     fn plan(&self, request: &Request, loads: &[Load]) -> Plan {
         let mut order = ring_order(&self.ring, request.key, loads);
@@ -93,7 +120,8 @@ impl Policy for LongestPrefix {
             fleet.add(c.uncached_tokens, l);
             best_match = best_match.max(l.matched_blocks);
             keyed.push(Candidate {
-                full: l.in_flight >= limit,
+                full: l.in_flight >= self.threshold
+                    || (l.in_flight >= limit && !holds_history(request, l, model)),
                 total: c.total,
                 uncached: c.uncached_tokens,
                 work: l.recent_work,
@@ -171,8 +199,90 @@ mod tests {
         Request {
             key: 42,
             prompt_tokens,
-            block_tokens: 0,
+            ..Request::default()
         }
+    }
+
+    /// A `balance_factor` 1.0 policy over `n` instances.
+    fn capped(n: usize) -> LongestPrefix {
+        let ids: Vec<String> = (0..n).map(|i| format!("i{i}")).collect();
+        LongestPrefix::new(
+            Ring::new(&ids, 64),
+            64,
+            Some(1.0),
+            CostModel::for_block_chars(256),
+        )
+    }
+
+    #[test]
+    fn the_cap_spreads_a_shared_opening_but_keeps_a_conversation_s_own_history() {
+        let p = capped(3);
+        // Three requests in flight on instance 0, none elsewhere: the cap is
+        // ⌈1.0·4/3⌉ + 1 = 3, so instance 0 is at it.
+        let mut loads = [3, 0, 0].map(Load::with_in_flight);
+        // It holds 40,000 tokens of this 41,000-token prompt (64 a block);
+        // instance 1 holds the 10,000-token opening.
+        loads[0].matched_blocks = 625;
+        loads[1].matched_blocks = 156;
+        let new_turn = Request {
+            opening_tokens: Some(10_300),
+            ..req(41_000)
+        };
+        let plan = p.plan(&new_turn, &loads);
+        assert_eq!((plan.order[0], plan.reason), (0, Reason::CacheHit));
+        // A first question over the same opening is capped off as before: the
+        // opening is what replicates.
+        let first = Request {
+            opening_tokens: None,
+            ..req(10_300)
+        };
+        loads[0].matched_blocks = 160;
+        let plan = p.plan(&first, &loads);
+        assert_eq!((plan.order[0], plan.reason), (1, Reason::CacheSpread));
+        // So is a continuation whose holder has only its opening.
+        let short = Request {
+            opening_tokens: Some(10_300),
+            ..req(10_600)
+        };
+        assert_eq!(p.plan(&short, &loads).order[0], 1);
+        // Past the opening by less than an eighth of it (10,880 tokens held)
+        // is within what estimating the opening from characters may miss.
+        loads[0].matched_blocks = 170;
+        let longer = Request {
+            opening_tokens: Some(10_300),
+            ..req(12_000)
+        };
+        assert_eq!(p.plan(&longer, &loads).order[0], 1);
+        loads[0].matched_blocks = 182; // 11,648 ≥ 10,300 + 1,287
+        assert_eq!(p.plan(&longer, &loads).order[0], 0);
+        // And the threshold binds whatever is held.
+        let p = LongestPrefix::new(
+            Ring::new(&["a".into(), "b".into(), "c".into()], 64),
+            3,
+            Some(1.0),
+            CostModel::for_block_chars(256),
+        );
+        loads[0].matched_blocks = 625;
+        assert_eq!(p.plan(&new_turn, &loads).order[0], 1);
+    }
+
+    #[test]
+    fn a_conversation_s_holder_past_the_cap_is_left_when_its_queue_outweighs_the_history() {
+        let p = capped(3);
+        let mut loads = [3, 0, 0].map(Load::with_in_flight);
+        loads[0].matched_blocks = 47; // 3,008 of a 4,000-token conversation
+        let turn = Request {
+            opening_tokens: Some(500),
+            ..req(4_000)
+        };
+        // A queue under the 3,000 tokens it would recompute elsewhere: it stays.
+        loads[0].queued_prefill = 1_000;
+        let plan = p.plan(&turn, &loads);
+        assert_eq!((plan.order[0], plan.reason), (0, Reason::CacheHit));
+        loads[0].queued_prefill = 6_000;
+        let plan = p.plan(&turn, &loads);
+        assert_ne!(plan.order[0], 0);
+        assert_eq!(plan.reason, Reason::CacheSpread);
     }
 
     #[test]

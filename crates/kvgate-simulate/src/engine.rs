@@ -178,6 +178,8 @@ pub fn run(
                     key: routing.keys.get(next).copied().unwrap_or(0),
                     prompt_tokens: w.requests.get(next).map_or(0, |r| r.prompt_tokens as u64),
                     block_tokens: 0,
+                    // A trace's requests are hashed blocks, not turns.
+                    opening_tokens: None,
                 };
                 let plan = policy.plan(&request, &loads);
                 let target = plan.order.first().copied().unwrap_or(0).min(n - 1);

@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use super::ShapeError;
 use super::budget::{CharBudget, ESC};
+use super::opening::{HistoryMark, Window};
 use crate::canonical::write_until;
 
 pub(super) const SUB: char = '\u{1a}';
@@ -43,8 +44,15 @@ const _: () = assert!(ESC as u32 == 0x1b && SUB as u32 == 0x1a && US as u32 == 0
 /// body is refused never depends on the configured prefix length; text past the
 /// window is never copied or canonicalised.
 pub fn chat_window(body: &Value, max_chars: usize) -> Result<String, ShapeError> {
+    chat_window_with_history(body, max_chars).map(|w| w.text)
+}
+
+/// [`chat_window`] and where its conversation's own part begins
+/// ([`Window::history_from`]).
+pub fn chat_window_with_history(body: &Value, max_chars: usize) -> Result<Window, ShapeError> {
     let messages = messages_of(body)?;
     let mut window = CharBudget::new(max_chars);
+    let mut mark = HistoryMark::default();
     if let Some(tools) = body.get("tools").filter(|t| !t.is_null()) {
         if !window.is_full() {
             push_canonical(&mut window, tools);
@@ -52,9 +60,10 @@ pub fn chat_window(body: &Value, max_chars: usize) -> Result<String, ShapeError>
         window.push(GS);
     }
     for (i, message) in messages.iter().enumerate() {
+        mark.before(message, &window, max_chars);
         push_message(&mut window, message, i)?;
     }
-    Ok(window.into_string())
+    Ok(mark.window(window))
 }
 
 /// A body's non-empty `messages` array (chat and Anthropic's Messages alike;

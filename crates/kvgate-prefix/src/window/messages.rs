@@ -28,6 +28,7 @@ use serde_json::Value;
 use super::ShapeError;
 use super::budget::CharBudget;
 use super::chat::{FS, GS, RS, SUB, US, messages_of, push_canonical};
+use super::opening::{HistoryMark, Window};
 
 /// Content block types the gateway forwards: Anthropic's and vLLM's. Any
 /// other is refused before it reaches an engine.
@@ -76,8 +77,15 @@ const ROLES: [&str; 3] = ["user", "assistant", "system"];
 /// described in the module docs. Validates `system`, `tools` and the whole
 /// `messages` array whatever `max_chars` is.
 pub fn messages_window(body: &Value, max_chars: usize) -> Result<String, ShapeError> {
+    messages_window_with_history(body, max_chars).map(|w| w.text)
+}
+
+/// [`messages_window`] and where its conversation's own part begins
+/// ([`Window::history_from`]).
+pub fn messages_window_with_history(body: &Value, max_chars: usize) -> Result<Window, ShapeError> {
     let messages = messages_of(body)?;
     let mut window = CharBudget::new(max_chars);
+    let mut mark = HistoryMark::default();
     match body.get("system") {
         None | Some(Value::Null) => {}
         Some(Value::String(text)) => push_turn(&mut window, "system", |w| {
@@ -105,9 +113,10 @@ pub fn messages_window(body: &Value, max_chars: usize) -> Result<String, ShapeEr
         Some(_) => return Err(ShapeError::new("tools", "expected an array of tools")),
     }
     for (i, message) in messages.iter().enumerate() {
+        mark.before(message, &window, max_chars);
         push_message(&mut window, message, i)?;
     }
-    Ok(window.into_string())
+    Ok(mark.window(window))
 }
 
 /// `role US … RS`, the middle written by `body`.
