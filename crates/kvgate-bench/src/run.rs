@@ -74,6 +74,9 @@ pub struct RunResult {
     /// Bytes of prompt a token the gateway learned from the engines'
     /// answers by the run's end (`None`: still on its 4-a-token guess).
     pub learned_bytes_per_token: Option<f64>,
+    /// Chains (sessions, conversations) whose every answered request came
+    /// from one instance, of the chains with an answered request.
+    pub chains_kept: (usize, usize),
     /// The paths and bodies sent, in send order, when asked for.
     pub bodies: Vec<(&'static str, bytes::Bytes)>,
 }
@@ -256,6 +259,7 @@ pub async fn run(
         peak_in_flight,
         redis,
         learned_bytes_per_token,
+        chains_kept: chains_kept(&records),
         bodies: records.into_iter().filter_map(|r| r.body).collect(),
     })
 }
@@ -283,6 +287,26 @@ fn peak_sampler(
         peak
     });
     (stop, task)
+}
+
+/// Chains whose answered requests all came from one instance (named in the
+/// answer's id), and chains with an answered request.
+fn chains_kept(records: &[Record]) -> (usize, usize) {
+    let mut homes: std::collections::HashMap<usize, Option<String>> = Default::default();
+    for r in records {
+        let Some((name, _)) = crate::readback::instance_and_serial(&r.outcome.id) else {
+            continue;
+        };
+        homes
+            .entry(r.chain)
+            .and_modify(|home| {
+                if home.as_deref() != Some(name) {
+                    *home = None;
+                }
+            })
+            .or_insert_with(|| Some(name.to_owned()));
+    }
+    (homes.values().filter(|h| h.is_some()).count(), homes.len())
 }
 
 fn hit_by_turn(records: &[Record]) -> Option<[f64; 3]> {

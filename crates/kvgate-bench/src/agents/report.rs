@@ -78,7 +78,12 @@ fn workload(s: &mut String, results: &[WorkloadResult]) {
          to the first SSE event as the client saw it, which also holds the real overheads \
          (HTTP, the gateway, tokenizing for `kv_aware`) of this shared machine magnified by \
          1/time_scale. *req/s*: completed requests per simulated second, each session \
-         replayed on its requests' engine times. *wall*: real seconds of the run.\n"
+         replayed on its requests' engine times. *moved*: requests the gateway sent away \
+         from the instance holding most of their prefix (`overflow`, `cache_spread`). \
+         *sessions kept*: sessions (a sub-agent counts with its session) whose every \
+         request was answered by one instance. *shares*: the least and most loaded \
+         instance's share of requests (0% is an idle instance). *wall*: real seconds of \
+         the run.\n"
     );
 }
 
@@ -86,14 +91,17 @@ fn table(s: &mut String, results: &[WorkloadResult]) {
     let _ = writeln!(s, "## Results\n");
     let _ = writeln!(
         s,
-        "| API | strategy | cached | ceiling | of ceiling | P50 TTFT | P90 TTFT | client P90 | req/s | moved | wall | failed |"
+        "| API | strategy | cached | ceiling | of ceiling | P50 TTFT | P90 TTFT | client P90 | req/s | moved | sessions kept | shares min–max | wall | failed |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for w in results {
         for r in &w.runs {
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.1}% | {:.1}% | {:.1}% | {} | {} | {} | {} | {} | {:.1} s | {} |",
+                "| {} | {} | {:.1}% | {:.1}% | {:.1}% | {} | {} | {} | {} | {} | {} of {} | {} | {:.1} s | {} |",
                 w.regime.api,
                 r.arm.label(),
                 100.0 * r.hit_rate,
@@ -105,12 +113,26 @@ fn table(s: &mut String, results: &[WorkloadResult]) {
                 r.engine_requests_per_s
                     .map_or_else(|| "–".to_owned(), |x| format!("{x:.2}")),
                 r.moved(),
+                r.chains_kept.0,
+                r.chains_kept.1,
+                shares(&r.shares),
                 r.wall.as_secs_f64(),
                 failed(r),
             );
         }
     }
     let _ = writeln!(s);
+}
+
+/// The least and most loaded instance's share of requests, in percent.
+fn shares(shares: &[f64]) -> String {
+    let (lo, hi) = shares
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    if shares.is_empty() {
+        return "–".to_owned();
+    }
+    format!("{:.1}–{:.1}%", 100.0 * lo, 100.0 * hi)
 }
 
 fn failed(r: &RunResult) -> String {
@@ -152,10 +174,15 @@ fn against_chat(s: &mut String, results: &[WorkloadResult]) {
         s,
         "\nWhat differs between the APIs is the session hint. Over Messages the gateway \
          keys `prefix_aware` by `metadata.user_id` instead of the prompt's first \
-         `prefix_length` characters, so a session keeps to one instance from its first turn \
-         and the sessions spread over the ring; over chat every session has the one key of \
-         the shared system-and-tools prefix, so they pile onto one instance until its \
+         `prefix_length` characters, so the sessions spread over the ring, each from its \
+         first turn on its own instance until that instance's bounded load sends it on \
+         (at this load a few requests an instance, which moves almost every \
+         session at some turn: *sessions kept*); over chat every session has the one key \
+         of the shared system-and-tools prefix, so they pile onto one instance until its \
          bounded load sends them on (*moved*), away from their histories. `longest_prefix` \
-         and `kv_aware` place each request by what each instance holds, whatever the API.\n"
+         and `kv_aware` place each request by what each instance holds, whatever the API, \
+         and the balance cap does not bind a session's turn on the instance holding its \
+         history past the shared prefix: it moves when that instance's queue outweighs \
+         recomputing the history.\n"
     );
 }
