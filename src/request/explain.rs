@@ -298,6 +298,9 @@ pub fn why(reason: Reason, strategy: Strategy) -> &'static str {
         (Reason::Cold, _) => {
             "no instance holds any of this prompt: the least loaded, ties broken by the work given each instance lately, then the ring"
         }
+        (Reason::Affinity, Strategy::LongestPrefix | Strategy::KvAware) => {
+            "a session's first turn (metadata.user_id): the session key's first instance on the ring under its limits, so sessions spread as they start; its later turns go where their history is"
+        }
         (Reason::Affinity, _) => "the key's first instance on the ring, under its limits",
         (Reason::Overflow, _) => {
             "the key's earlier ring instances are full: the next one under its limits"

@@ -69,6 +69,7 @@ pub fn key(
     input.kv = kv;
     window.truncate(key_window_len(api, &window, routing.prefix_length));
     let partition = &input.partition;
+    input.session_keyed = session.is_some();
     input.key = match session {
         // A session hint keys the session, not its prompt, so that its first
         // turns, whose window still grows, stay together. U+0001 cannot occur

@@ -1,8 +1,7 @@
 //! A Messages session under `longest_prefix`, as an agent sends it
 //! (`metadata.user_id`, a shared system prompt, a history growing by tool
-//! results): it stays on its instance past the balance cap, which still
-//! spreads new sessions over the shared prompt, until that instance's queue
-//! outweighs recomputing the session.
+//! results): it starts on its ring instance, and stays there past the
+//! balance cap until that instance's queue outweighs recomputing the session.
 
 use serde_json::{Value, json};
 
@@ -96,13 +95,18 @@ async fn a_messages_session_stays_past_the_cap_until_its_queue_outweighs_it() {
         (1400..1700).contains(&opening),
         "the system prompt's ~1,500 tokens: {v}"
     );
-    // A new session over the same system prompt is capped off it: the cap
-    // is what replicates a shared prompt.
+    // A new session over the same system prompt starts on its own ring
+    // instance under the caps (not the full one), which then holds the
+    // system prompt too.
     let fresh = body(&system, "session-2", &[], &text(50, 100));
     let v = explain(&gw, &fresh).await;
     assert_eq!(v["opening_tokens_estimate"], Value::Null, "{v}");
     assert_ne!(v["chosen"].as_str(), Some(home.as_str()), "{v}");
-    assert_eq!(v["reason"], "cache_spread", "{v}");
+    // (`affinity` when it is not also the cheapest of the rest.)
+    assert!(
+        ["affinity", "cache_spread"].contains(&v["reason"].as_str().unwrap()),
+        "{v}"
+    );
     let spread_to = v["chosen"].as_str().unwrap().to_owned();
     let r = post(&gw, &fresh).send().await.unwrap();
     assert_eq!(

@@ -131,6 +131,10 @@ pub struct Request {
     /// the opening holds history that only this conversation's earlier turns
     /// put there ([`LongestPrefix`]).
     pub opening_tokens: Option<u64>,
+    /// The key is a session's (Anthropic's `metadata.user_id`), not the
+    /// prompt's: a session's first turn is placed by the key's ring, so
+    /// sessions spread over the fleet as they start ([`LongestPrefix`]).
+    pub session: bool,
 }
 
 impl Request {

@@ -23,6 +23,17 @@
 //! whenever two other sessions were running there, and recomputed in full on
 //! an instance holding none of it (3.5 s to a first token against 25 ms).
 //!
+//! A session's first turn ([`Request::session`]: the key is the session's,
+//! and no question of it has been answered yet) goes to the first instance
+//! of the key's ring walk under the caps, as `prefix_aware` would place it,
+//! unless its wait there (the work it would duplicate aside) exceeds the
+//! cheapest instance's cost by more than its whole prompt. By cost alone every new session would go where the
+//! shared system prompt is already held until that instance's queue
+//! outweighed a copy, and the sessions, each staying where it starts, would
+//! leave the rest of the fleet idle (coding agents: one instance of four with
+//! no session at all). The ring spreads sessions evenly as they start; each
+//! instance pays the shared prompt's prefill once.
+//!
 //! The least [`Cost::total`] leads; among equal costs (a cold prefix on an
 //! idle fleet) the instance given the least work lately
 //! ([`Load::recent_work`]), so a few hot keys cannot leave an instance idle;
@@ -35,6 +46,12 @@ use super::{Cost, CostModel, Load, Plan, Policy, Reason, Request, Ring, balance_
 
 /// An available instance's place in the plan.
 struct Candidate {
+    /// Its place in the key's ring walk among the available instances.
+    ring: usize,
+    /// It leads as a session's ring instance.
+    home: bool,
+    /// Its cost before the work it would duplicate for the fleet.
+    own: u64,
     full: bool,
     total: u64,
     uncached: u64,
@@ -78,6 +95,29 @@ impl LongestPrefix {
     }
 }
 
+/// Where in `keyed` (sorted by cost) a session's first turn's ring instance
+/// stands, when it should lead: the first of the ring walk under the caps,
+/// whose own cost is at most the whole prompt more than the cheapest's total.
+/// What a copy duplicates for the fleet is not counted against it: a
+/// session's start is where the shared prompt gets its next holder, once.
+/// It is marked `home`.
+fn session_home(request: &Request, keyed: &mut [Candidate]) -> Option<usize> {
+    if !request.session || request.opening_tokens.is_some() || keyed.first()?.full {
+        return None;
+    }
+    let least = keyed[0].total;
+    let (at, c) = keyed
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, c)| !c.full)
+        .min_by_key(|(_, c)| c.ring)?;
+    if at == 0 || c.own > least.saturating_add(request.prompt_tokens) {
+        return None;
+    }
+    c.home = true;
+    Some(at)
+}
+
 /// Whether `load`'s instance holds `request`'s conversation past its opening
 /// by a block at least: history only its earlier turns put there. The
 /// opening's tokens are estimated from its characters at the engine's learned
@@ -114,12 +154,15 @@ impl Policy for LongestPrefix {
         let model = self.model_for(request);
         let mut keyed: Vec<Candidate> = Vec::with_capacity(up);
         let (mut fleet, mut best_match) = (Fleet::EMPTY, 0);
-        for &instance in &order[..up] {
+        for (ring, &instance) in order[..up].iter().enumerate() {
             let l = &loads[instance];
             let c = model.cost(request.prompt_tokens, l);
             fleet.add(c.uncached_tokens, l);
             best_match = best_match.max(l.matched_blocks);
             keyed.push(Candidate {
+                ring,
+                home: false,
+                own: c.total,
                 full: l.in_flight >= self.threshold
                     || (l.in_flight >= limit && !holds_history(request, l, model)),
                 total: c.total,
@@ -136,8 +179,13 @@ impl Policy for LongestPrefix {
         // large fleet ties (idle, nothing matched), and the stable sort takes
         // those runs whole (1,000 instances: 30 against 48 µs a plan).
         keyed.sort_by_key(|k| (k.full, k.total, k.work));
+        if let Some(home) = session_home(request, &mut keyed) {
+            keyed[..=home].rotate_right(1);
+        }
         let (all_full, head) = (keyed[0].full, keyed[0].instance);
-        let reason = if all_full {
+        let reason = if keyed[0].home {
+            Reason::Affinity
+        } else if all_full {
             Reason::Fallback
         } else if best_match == 0 {
             Reason::Cold
@@ -264,6 +312,46 @@ mod tests {
         );
         loads[0].matched_blocks = 625;
         assert_eq!(p.plan(&new_turn, &loads).order[0], 1);
+    }
+
+    #[test]
+    fn a_session_starts_on_its_ring_instance_and_goes_on_where_its_history_is() {
+        let p = capped(4);
+        let walk: Vec<usize> = p.ring.walk(42).collect();
+        let (home, holder) = (walk[0], walk[3]);
+        // The shared system prompt (3,000 tokens) is held by the last of the
+        // key's ring walk, busy with one request.
+        let mut loads = [0, 0, 0, 0].map(Load::with_in_flight);
+        loads[holder] = Load {
+            matched_blocks: 47,
+            ..Load::with_in_flight(1)
+        };
+        let start = Request {
+            session: true,
+            ..req(3_200)
+        };
+        let plan = p.plan(&start, &loads);
+        assert_eq!((plan.order[0], plan.reason), (home, Reason::Affinity));
+        assert_eq!(plan.order[1], holder, "the rest by cost: {plan:?}");
+        // Without a session hint the holder leads, by cost.
+        let plain = p.plan(&req(3_200), &loads);
+        assert_eq!((plain.order[0], plain.reason), (holder, Reason::CacheHit));
+        // A later turn goes by cost: its history is where it is.
+        let later = Request {
+            opening_tokens: Some(3_000),
+            ..start
+        };
+        assert_eq!(p.plan(&later, &loads).order[0], holder);
+        // A ring instance at the cap gives way to the next one of the walk.
+        loads[home] = Load::with_in_flight(3);
+        let plan = p.plan(&start, &loads);
+        assert_eq!((plan.order[0], plan.reason), (walk[1], Reason::Affinity));
+        // One whose queue costs more than the whole prompt again does not lead.
+        loads[home] = Load::with_in_flight(0);
+        loads[home].queued_prefill = 4_000;
+        loads[walk[1]].queued_prefill = 4_000;
+        loads[walk[2]].queued_prefill = 4_000;
+        assert_eq!(p.plan(&start, &loads).order[0], holder);
     }
 
     #[test]
