@@ -27,12 +27,13 @@
 //! and no question of it has been answered yet) goes to the first instance
 //! of the key's ring walk under the caps, as `prefix_aware` would place it,
 //! unless its wait there (the work it would duplicate aside) exceeds the
-//! cheapest instance's cost by more than its whole prompt. By cost alone every new session would go where the
-//! shared system prompt is already held until that instance's queue
-//! outweighed a copy, and the sessions, each staying where it starts, would
-//! leave the rest of the fleet idle (coding agents: one instance of four with
-//! no session at all). The ring spreads sessions evenly as they start; each
-//! instance pays the shared prompt's prefill once.
+//! cheapest instance's cost by more than its whole prompt. By cost alone
+//! every new session would go where the shared system prompt is already held
+//! until that instance's queue outweighed a copy, and the sessions, each
+//! staying where it starts, would leave the rest of the fleet idle (coding
+//! agents: one instance of four with no session at all). The ring spreads
+//! sessions evenly as they start; each instance pays the shared prompt's
+//! prefill once.
 //!
 //! The least [`Cost::total`] leads; among equal costs (a cold prefix on an
 //! idle fleet) the instance given the least work lately
@@ -48,8 +49,6 @@ use super::{Cost, CostModel, Load, Plan, Policy, Reason, Request, Ring, balance_
 struct Candidate {
     /// Its place in the key's ring walk among the available instances.
     ring: usize,
-    /// It leads as a session's ring instance.
-    home: bool,
     /// Its cost before the work it would duplicate for the fleet.
     own: u64,
     full: bool,
@@ -100,22 +99,17 @@ impl LongestPrefix {
 /// whose own cost is at most the whole prompt more than the cheapest's total.
 /// What a copy duplicates for the fleet is not counted against it: a
 /// session's start is where the shared prompt gets its next holder, once.
-/// It is marked `home`.
-fn session_home(request: &Request, keyed: &mut [Candidate]) -> Option<usize> {
+fn session_home(request: &Request, keyed: &[Candidate]) -> Option<usize> {
     if !request.session || request.opening_tokens.is_some() || keyed.first()?.full {
         return None;
     }
     let least = keyed[0].total;
     let (at, c) = keyed
-        .iter_mut()
+        .iter()
         .enumerate()
         .filter(|(_, c)| !c.full)
         .min_by_key(|(_, c)| c.ring)?;
-    if at == 0 || c.own > least.saturating_add(request.prompt_tokens) {
-        return None;
-    }
-    c.home = true;
-    Some(at)
+    (at > 0 && c.own <= least.saturating_add(request.prompt_tokens)).then_some(at)
 }
 
 /// Whether `load`'s instance holds `request`'s conversation past its opening
@@ -161,7 +155,6 @@ impl Policy for LongestPrefix {
             best_match = best_match.max(l.matched_blocks);
             keyed.push(Candidate {
                 ring,
-                home: false,
                 own: c.total,
                 full: l.in_flight >= self.threshold
                     || (l.in_flight >= limit && !holds_history(request, l, model)),
@@ -179,11 +172,12 @@ impl Policy for LongestPrefix {
         // large fleet ties (idle, nothing matched), and the stable sort takes
         // those runs whole (1,000 instances: 30 against 48 µs a plan).
         keyed.sort_by_key(|k| (k.full, k.total, k.work));
-        if let Some(home) = session_home(request, &mut keyed) {
-            keyed[..=home].rotate_right(1);
+        let home = session_home(request, &keyed);
+        if let Some(at) = home {
+            keyed[..=at].rotate_right(1);
         }
         let (all_full, head) = (keyed[0].full, keyed[0].instance);
-        let reason = if keyed[0].home {
+        let reason = if home.is_some() {
             Reason::Affinity
         } else if all_full {
             Reason::Fallback
