@@ -105,6 +105,8 @@ pub fn explain(
     }
     if let Some(session) = &analysis.session {
         notes.push(format!("session hint {session:?} (metadata.user_id): the key is the session's, not the window's, so its turns stay together while the prompt grows"));
+    } else if input.home.is_some() {
+        notes.push("a conversation in its early turns (its history shorter than its opening), named by its opening and first question: it starts from that name's instance on the ring, so conversations that share an opening spread as they start; set prompt_cache_key to name it".to_owned());
     } else if input.partition.is_empty() {
         notes.push("no partition: set prompt_cache_key or X-Amzn-SageMaker-Prefix-Aware-Id to split one prefix's traffic by user or session".to_owned());
     }
@@ -299,7 +301,7 @@ pub fn why(reason: Reason, strategy: Strategy) -> &'static str {
             "no instance holds any of this prompt: the least loaded, ties broken by the work given each instance lately, then the ring"
         }
         (Reason::Affinity, Strategy::LongestPrefix | Strategy::KvAware) => {
-            "a session's first turn (metadata.user_id): the session key's first instance on the ring under its limits, so sessions spread as they start; its later turns go where their history is"
+            "a session's start (a metadata.user_id session's first turn, or a chat conversation's early turns, named by its opening and first question): the session's first instance on the ring under its limits, so sessions spread as they start; its later turns go where their history is"
         }
         (Reason::Affinity, _) => "the key's first instance on the ring, under its limits",
         (Reason::Overflow, _) => {

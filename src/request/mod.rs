@@ -56,8 +56,9 @@ pub struct RouteInput {
     /// Estimated tokens of a conversation's opening, when the prompt goes on
     /// with its own history ([`kvgate_routing::Request::opening_tokens`]).
     pub opening_tokens: Option<u64>,
-    /// The key is a session hint's (`metadata.user_id`), not the prompt's.
-    pub session_keyed: bool,
+    /// The key whose ring a session starts from
+    /// ([`kvgate_routing::Request::home`]).
+    pub home: Option<kvgate_routing::Home>,
     /// The bytes to forward: the client's, untouched, except that the
     /// admission layer may set the upstream `cache_salt` (see `tenancy::salt`).
     pub body: Bytes,
@@ -90,7 +91,7 @@ impl RouteInput {
             prompt_tokens: 0,
             prompt_chars: None,
             opening_tokens: None,
-            session_keyed: false,
+            home: None,
             body: Bytes::new(),
             has_cache_salt: false,
             is_object: false,
@@ -118,7 +119,7 @@ impl RouteInput {
                 self.endpoint.density.block_tokens(routing.block_chars)
             },
             opening_tokens: self.opening_tokens,
-            session: self.session_keyed,
+            home: self.home,
         }
     }
 }

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use kvgate_prefix::Api;
+use kvgate_routing::Home;
 use serde_json::Value;
 
 use super::RouteInput;
@@ -28,7 +29,11 @@ pub fn key(
     // One extraction serves both the key's window and, for cache-aware
     // strategies, the longer stretch the block chain is cut from.
     let scan = routing.scan_chars();
-    let (mut window, history_from) = window(route, &prompt, value, &routing.prompt_members, scan)?;
+    let Scanned {
+        text: mut window,
+        history_from,
+        named_by,
+    } = window(route, &prompt, value, &routing.prompt_members, scan)?;
     // A scan that stopped short saw the whole prompt; one that filled up did
     // not, and the body's size is the better estimate of the rest.
     let seen = window.len();
@@ -67,9 +72,17 @@ pub fn key(
         None => estimate,
     };
     input.kv = kv;
+    // A chat conversation that nothing else names is named by its opening
+    // and first question, on its early turns: while its own history is
+    // shorter than the opening it shares (`kvgate_routing::LongestPrefix`).
+    let named = (session.is_none() && input.partition.is_empty() && routing.strategy.uses_index())
+        .then_some(named_by.zip(history_from))
+        .flatten()
+        .filter(|&(_, opening)| prompt_chars.saturating_sub(opening) < opening)
+        .and_then(|(end, _)| window.get(..end))
+        .map(|name| Home::Named(kvgate_prefix::routing_key(tenant, "\u{1}", name)));
     window.truncate(key_window_len(api, &window, routing.prefix_length));
     let partition = &input.partition;
-    input.session_keyed = session.is_some();
     input.key = match session {
         // A session hint keys the session, not its prompt, so that its first
         // turns, whose window still grows, stay together. U+0001 cannot occur
@@ -77,20 +90,48 @@ pub fn key(
         Some(s) => kvgate_prefix::routing_key(tenant, &format!("{partition}\u{1}{s}"), b""),
         None => kvgate_prefix::routing_key(tenant, partition, &window),
     };
+    // A hinted session starts at its key's ring instance.
+    input.home = match session {
+        Some(_) => history_from.is_none().then_some(Home::Hinted),
+        None => named,
+    };
     Ok(window)
 }
 
+/// A prompt's window, and where a conversation's parts lie in it (chat and
+/// Messages only; `kvgate_prefix::Window`).
+struct Scanned {
+    text: Vec<u8>,
+    /// The character where a conversation's own history begins.
+    history_from: Option<usize>,
+    /// The byte before its first answer.
+    named_by: Option<usize>,
+}
+
+impl Scanned {
+    fn text(text: Vec<u8>) -> Self {
+        Self {
+            text,
+            history_from: None,
+            named_by: None,
+        }
+    }
+}
+
 /// The canonical prompt text of up to `scan` characters, as the route's API
-/// reads it, and the character where a conversation's own history begins in
-/// it (chat and Messages only).
+/// reads it.
 fn window(
     route: Route,
     prompt: &Value,
     body: &Value,
     members: &[String],
     scan: usize,
-) -> Result<(Vec<u8>, Option<usize>), ApiError> {
-    let conversation = |w: kvgate_prefix::Window| (w.text.into_bytes(), w.history_from);
+) -> Result<Scanned, ApiError> {
+    let conversation = |w: kvgate_prefix::Window| Scanned {
+        text: w.text.into_bytes(),
+        history_from: w.history_from,
+        named_by: w.named_by,
+    };
     Ok(match route.api() {
         Api::Chat => kvgate_prefix::chat_window_with_history(prompt, scan)
             .map(conversation)
@@ -98,7 +139,7 @@ fn window(
         Api::Messages => kvgate_prefix::messages_window_with_history(prompt, scan)
             .map(conversation)
             .map_err(|e| ApiError::invalid(&e.param, e.message))?,
-        Api::Completions => (
+        Api::Completions => Scanned::text(
             kvgate_prefix::completions_window(prompt, scan)
                 .map_err(|e| {
                     // Embeddings' `input` is read as completions' `prompt`.
@@ -109,9 +150,8 @@ fn window(
                     ApiError::invalid(&param, e.message)
                 })?
                 .into_bytes(),
-            None,
         ),
-        Api::Native => (kvgate_prefix::native_window(body, members, scan), None),
+        Api::Native => Scanned::text(kvgate_prefix::native_window(body, members, scan)),
     })
 }
 

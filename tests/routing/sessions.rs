@@ -1,11 +1,14 @@
-//! A Messages session under `longest_prefix`, as an agent sends it
+//! Sessions under `longest_prefix`. A Messages session, as an agent sends it
 //! (`metadata.user_id`, a shared system prompt, a history growing by tool
-//! results): it starts on its ring instance, and stays there past the
-//! balance cap until that instance's queue outweighs recomputing the session.
+//! results), starts on its ring instance, and stays there past the balance
+//! cap until that instance's queue outweighs recomputing the session. Chat
+//! conversations over one shared opening, which name no session, spread from
+//! their second turn: each goes to the ring instance its opening and first
+//! question name, and stays there.
 
 use serde_json::{Value, json};
 
-use super::cache_aware::{MODEL, at, ids, text, upstreams, yaml};
+use super::cache_aware::{MODEL, at, explain as explain_chat, ids, request, text, upstreams, yaml};
 use crate::common::*;
 
 const ANSWER: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"cache-model","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":2}}"#;
@@ -153,5 +156,174 @@ async fn a_messages_session_stays_past_the_cap_until_its_queue_outweighs_it() {
     assert_eq!(chosen, spread_to, "{left}");
     for t in held {
         t.abort();
+    }
+}
+
+/// A chat body: `system` (if any), each (question, answer), then `last`.
+fn chat_body(system: Option<&str>, turns: &[(String, String)], last: &str) -> Value {
+    let mut messages: Vec<Value> = system
+        .map(|s| json!({"role": "system", "content": s}))
+        .into_iter()
+        .collect();
+    for (q, a) in turns {
+        messages.push(json!({"role": "user", "content": q}));
+        messages.push(json!({"role": "assistant", "content": a}));
+    }
+    messages.push(json!({"role": "user", "content": last}));
+    json!({"model": MODEL, "messages": messages})
+}
+
+/// Send `b` over chat (decided as `explain` says first); who served it and
+/// the decision.
+async fn chat_turn(gw: &Gateway, b: &Value) -> (String, Value) {
+    let v = explain_chat(gw, None, b).await;
+    let r = request(gw, "/v1/chat/completions", None, b)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    (served_by(&r), v)
+}
+
+/// Keep `up` busy with a first question over `system`, held unanswered.
+async fn hold(
+    gw: &Gateway,
+    up: &Upstream,
+    system: &str,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    up.set_mode(Mode::Hold);
+    let body = chat_body(Some(system), &[], &text(99, 60));
+    let busy = tokio::spawn(request(gw, "/v1/chat/completions", None, &body).send());
+    eventually("a request held by the holder", || {
+        up.state.active.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    busy
+}
+
+/// Let `up` answer again, its held request gone.
+async fn release(up: &Upstream, busy: tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>) {
+    busy.abort();
+    up.set_mode(Mode::Json);
+    eventually("the held request gone", || {
+        up.state.active.load(std::sync::atomic::Ordering::SeqCst) == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_conversations_over_one_opening_spread_from_their_second_turn() {
+    let ups = upstreams(4, Mode::Json).await;
+    let gw = Gateway::start(&yaml("chat", &ids(&ups), &[], "")).await;
+    let system = text(1, 1500);
+    // Eight conversations' first questions, one after another: each goes
+    // where the system prompt is held, since nothing tells them apart yet.
+    let mut firsts = Vec::new();
+    for c in 0..8u64 {
+        let q = text(100 + c, 60);
+        let (by, v) = chat_turn(&gw, &chat_body(Some(&system), &[], &q)).await;
+        if c > 0 {
+            assert_eq!(v["reason"], "cache_hit", "conversation {c}: {v}");
+        }
+        firsts.push((q, by));
+    }
+    let holder = firsts[0].1.clone();
+    assert!(firsts.iter().all(|(_, by)| *by == holder), "{firsts:?}");
+    let h = ups.iter().position(|u| u.state.name == holder).unwrap();
+    let second = |c: usize| {
+        let turns = vec![(firsts[c].0.clone(), text(200 + c as u64, 20))];
+        let b = chat_body(Some(&system), &turns, &text(300 + c as u64, 40));
+        (turns, b)
+    };
+    // Busy with another request, the holder keeps only the conversations
+    // its instance is named for: each other would go to the instance its
+    // opening and first question name, and the fleet shares them.
+    let busy = hold(&gw, &ups[h], &system).await;
+    let mut moved = Vec::new();
+    for c in 0..firsts.len() {
+        let v = explain_chat(&gw, None, &second(c).1).await;
+        assert!(v["opening_tokens_estimate"].as_u64().is_some(), "{v}");
+        let chosen = v["chosen"].as_str().unwrap().to_owned();
+        if chosen != holder {
+            assert_eq!(v["reason"], "affinity", "conversation {c}: {v}");
+            moved.push((c, chosen));
+        }
+    }
+    let used: std::collections::BTreeSet<&String> = moved.iter().map(|(_, by)| by).collect();
+    assert!(
+        used.len() >= 2 && moved.len() >= 4,
+        "second turns to {moved:?}"
+    );
+    // With the holder idle again, a second turn stays with its first: a move
+    // would recompute it for nothing.
+    release(&ups[h], busy).await;
+    let v = explain_chat(&gw, None, &second(moved[0].0).1).await;
+    assert_eq!(
+        (v["chosen"].as_str(), v["reason"].as_str()),
+        (Some(holder.as_str()), Some("cache_hit")),
+        "{v}"
+    );
+    let busy = hold(&gw, &ups[h], &system).await;
+    let mut homes = Vec::new();
+    for (c, chosen) in moved {
+        let (turns, b) = second(c);
+        let (by, v) = chat_turn(&gw, &b).await;
+        assert_eq!(by, chosen, "{v}");
+        homes.push((c, turns, by));
+    }
+    release(&ups[h], busy).await;
+    // Each stays where its second turn went from then on.
+    for (c, mut turns, home) in homes {
+        turns.push((text(300 + c as u64, 40), text(400 + c as u64, 20)));
+        let b = chat_body(Some(&system), &turns, &text(500 + c as u64, 40));
+        let (by, v) = chat_turn(&gw, &b).await;
+        assert_eq!(
+            (by, v["reason"].as_str()),
+            (home, Some("cache_hit")),
+            "conversation {c}: {v}"
+        );
+    }
+    // A conversation named by the client (`prompt_cache_key`), or one whose
+    // own history already outweighs its opening, is never moved to a home,
+    // even while its instance is busy (with its own first question again).
+    let mut keyed = chat_body(Some(&system), &[], &text(600, 60));
+    keyed["prompt_cache_key"] = json!("conversation-9");
+    let mut next = chat_body(
+        Some(&system),
+        &[(text(600, 60), text(601, 20))],
+        &text(602, 40),
+    );
+    next["prompt_cache_key"] = json!("conversation-9");
+    let untold = chat_body(None, &[], &text(700, 200));
+    let long = chat_body(None, &[(text(700, 200), text(701, 20))], &text(702, 40));
+    for (first, next) in [(keyed, next), (untold, long)] {
+        let (by, _) = chat_turn(&gw, &first).await;
+        let u = ups.iter().position(|u| u.state.name == by).unwrap();
+        ups[u].set_mode(Mode::Hold);
+        let busy = tokio::spawn(request(&gw, "/v1/chat/completions", None, &first).send());
+        eventually("its first question held again", || {
+            ups[u]
+                .state
+                .active
+                .load(std::sync::atomic::Ordering::SeqCst)
+                == 1
+        })
+        .await;
+        let v = explain_chat(&gw, None, &next).await;
+        assert_eq!(
+            (v["chosen"].as_str(), v["reason"].as_str()),
+            (Some(by.as_str()), Some("cache_hit")),
+            "{v}"
+        );
+        busy.abort();
+        ups[u].set_mode(Mode::Json);
+        eventually("the held request gone", || {
+            ups[u]
+                .state
+                .active
+                .load(std::sync::atomic::Ordering::SeqCst)
+                == 0
+        })
+        .await;
     }
 }

@@ -131,10 +131,21 @@ pub struct Request {
     /// the opening holds history that only this conversation's earlier turns
     /// put there ([`LongestPrefix`]).
     pub opening_tokens: Option<u64>,
-    /// The key is a session's (Anthropic's `metadata.user_id`), not the
-    /// prompt's: a session's first turn is placed by the key's ring, so
-    /// sessions spread over the fleet as they start ([`LongestPrefix`]).
-    pub session: bool,
+    /// Where a session starts, so that sessions spread over the fleet as
+    /// they start ([`LongestPrefix`]); `None`: by cost alone.
+    pub home: Option<Home>,
+}
+
+/// The ring walk a session starts from ([`Request::home`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Home {
+    /// A session hint's first turn (Anthropic's `metadata.user_id`): the
+    /// request's key is the session's.
+    Hinted,
+    /// A conversation nothing else names, on its early turns: this key,
+    /// taken from its opening and first question. It leads only while the
+    /// instance that would otherwise answer is busier.
+    Named(u64),
 }
 
 impl Request {

@@ -180,7 +180,7 @@ pub fn run(
                     block_tokens: 0,
                     // A trace's requests are hashed blocks, not turns.
                     opening_tokens: None,
-                    session: false,
+                    home: None,
                 };
                 let plan = policy.plan(&request, &loads);
                 let target = plan.order.first().copied().unwrap_or(0).min(n - 1);

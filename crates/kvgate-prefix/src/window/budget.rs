@@ -36,6 +36,11 @@ impl CharBudget {
         self.left
     }
 
+    /// Bytes collected so far.
+    pub(crate) fn byte_len(&self) -> usize {
+        self.out.len()
+    }
+
     pub(crate) fn into_string(self) -> String {
         self.out
     }

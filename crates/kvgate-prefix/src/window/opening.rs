@@ -25,6 +25,11 @@ pub struct Window {
     /// follows it in the window; `None` for a first question (no answer
     /// yet), or a window cut short before the answer.
     pub history_from: Option<usize>,
+    /// The byte length of `text` before that first answer, when
+    /// `history_from` is set: the opening and the first question, which
+    /// name the conversation for as long as it lasts (a sub-agent that forks
+    /// its history keeps them).
+    pub named_by: Option<usize>,
 }
 
 /// Marks the history's start while a window's messages are written.
@@ -32,7 +37,8 @@ pub struct Window {
 pub(super) struct HistoryMark {
     /// Where the first user turn begins.
     asked_at: Option<usize>,
-    answered: bool,
+    /// The window's bytes before the first answer to it.
+    answered_at: Option<usize>,
 }
 
 impl HistoryMark {
@@ -45,15 +51,19 @@ impl HistoryMark {
             Some("user") if self.asked_at.is_none() => {
                 self.asked_at = Some(max_chars - window.remaining());
             }
-            Some("assistant") => self.answered |= self.asked_at.is_some(),
+            Some("assistant") if self.asked_at.is_some() && self.answered_at.is_none() => {
+                self.answered_at = Some(window.byte_len());
+            }
             _ => {}
         }
     }
 
     pub(super) fn window(self, window: CharBudget) -> Window {
+        let answered = self.answered_at.is_some();
         Window {
             text: window.into_string(),
-            history_from: self.asked_at.filter(|_| self.answered),
+            history_from: self.asked_at.filter(|_| answered),
+            named_by: self.answered_at,
         }
     }
 }
@@ -76,6 +86,7 @@ mod tests {
             {"role": "user", "content": "hi"},
         ]});
         assert_eq!(chat(&body).history_from, None);
+        assert_eq!(chat(&body).named_by, None);
     }
 
     #[test]
@@ -96,6 +107,16 @@ mod tests {
         );
         let rest: String = w.text.chars().skip(at).collect();
         assert!(rest.starts_with("user\u{1f}hi\u{1e}assistant"), "{rest:?}");
+        // Named by everything up to the first answer, whatever follows it.
+        let name = &w.text[..w.named_by.unwrap()];
+        assert!(
+            name.ends_with("You are terse.\u{1e}user\u{1f}hi\u{1e}"),
+            "{name:?}"
+        );
+        let mut later = body.clone();
+        later["messages"][3]["content"] = json!("something else");
+        let l = chat(&later);
+        assert_eq!(&l.text[..l.named_by.unwrap()], name);
     }
 
     #[test]
@@ -128,6 +149,8 @@ mod tests {
         assert_eq!(chat(&body).history_from, Some(0));
         // "system" US "日本語" RS: 11 characters (17 bytes).
         assert_eq!(chat(&with_system).history_from, Some(11));
+        // ... then "user" US "質問" RS: the first answer after 29 bytes.
+        assert_eq!(chat(&with_system).named_by, Some(29));
     }
 
     #[test]
@@ -153,6 +176,7 @@ mod tests {
         let answer = at + "user\u{1f}fix the build\u{1e}".chars().count();
         let cut = messages_window_with_history(&body, answer).unwrap();
         assert_eq!(cut.history_from, None);
+        assert_eq!(cut.named_by, None);
         let longer = messages_window_with_history(&body, answer + 1).unwrap();
         assert_eq!(longer.history_from, Some(at));
     }
