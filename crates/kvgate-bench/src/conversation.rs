@@ -33,14 +33,14 @@ pub struct Conversation {
     api: Api,
     system: Option<Arc<str>>,
     messages: Vec<Value>,
-    /// `metadata.user_id` (Messages).
+    /// `metadata.user_id` (Messages), `prompt_cache_key` (keyed chat).
     session: String,
 }
 
 impl Conversation {
     pub fn new(api: Api, system: Option<Arc<str>>, session: String) -> Self {
         let mut messages = Vec::new();
-        if let (Api::OpenAi, Some(system)) = (api, &system) {
+        if let (Api::OpenAi | Api::OpenAiKeyed, Some(system)) = (api, &system) {
             messages.push(json!({"role": "system", "content": &**system}));
         }
         Self {
@@ -54,7 +54,7 @@ impl Conversation {
     /// Add a user turn; `tool`: a tool's output answering the last answer.
     pub fn user(&mut self, text: &str, tool: bool) {
         let message = match self.api {
-            Api::OpenAi => json!({"role": "user", "content": text}),
+            Api::OpenAi | Api::OpenAiKeyed => json!({"role": "user", "content": text}),
             Api::Messages => match tool.then(|| self.call_last_answer()).flatten() {
                 Some(id) => json!({"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": id, "content": text}]}),
@@ -67,7 +67,7 @@ impl Conversation {
     /// Add an answer as received.
     pub fn answer(&mut self, text: &str) {
         self.messages.push(match self.api {
-            Api::OpenAi => json!({"role": "assistant", "content": text}),
+            Api::OpenAi | Api::OpenAiKeyed => json!({"role": "assistant", "content": text}),
             Api::Messages => {
                 json!({"role": "assistant", "content": [{"type": "text", "text": text}]})
             }
@@ -91,12 +91,15 @@ impl Conversation {
     /// The path and body of the request for the history so far.
     pub fn request(&self, model: &str, max_tokens: u32, stream: bool) -> (&'static str, Value) {
         match self.api {
-            Api::OpenAi => {
-                let body = json!({
+            Api::OpenAi | Api::OpenAiKeyed => {
+                let mut body = json!({
                     "model": model,
                     "messages": self.messages,
                     "max_tokens": max_tokens,
                 });
+                if self.api == Api::OpenAiKeyed {
+                    body["prompt_cache_key"] = json!(self.session);
+                }
                 ("/v1/chat/completions", streaming(body, stream))
             }
             Api::Messages => {
@@ -146,6 +149,28 @@ mod tests {
                    "stream_options": {"include_usage": true}, "messages": [
                 {"role": "system", "content": "sys"}, {"role": "user", "content": "task"},
                 {"role": "assistant", "content": "call"}, {"role": "user", "content": "output"}]})
+        );
+    }
+
+    #[test]
+    fn keyed_chat_names_its_session_and_plain_chat_does_not() {
+        let mut keyed = Conversation::new(Api::OpenAiKeyed, Some("sys".into()), "s1".into());
+        keyed.user("task", false);
+        let (path, body) = keyed.request("m", 7, false);
+        assert_eq!(path, "/v1/chat/completions");
+        assert_eq!(body["prompt_cache_key"], "s1");
+        assert_eq!(
+            body["messages"][0],
+            json!({"role": "system", "content": "sys"})
+        );
+        let mut plain = Conversation::new(Api::OpenAi, Some("sys".into()), "s1".into());
+        plain.user("task", false);
+        assert!(
+            plain
+                .request("m", 7, false)
+                .1
+                .get("prompt_cache_key")
+                .is_none()
         );
     }
 

@@ -70,8 +70,9 @@ struct Args {
     #[arg(long, conflicts_with = "matrix")]
     agents: bool,
     /// The API chat sessions are sent over: `openai` (chat completions, the
-    /// default) or `messages` (Anthropic's `/v1/messages`, as Claude Code
-    /// sends it). With `--matrix` or `--agents`, a list narrows it.
+    /// default), `messages` (Anthropic's `/v1/messages`, as Claude Code
+    /// sends it) or `openai-keyed` (chat completions with `prompt_cache_key`
+    /// = the session's id). With `--matrix` or `--agents`, a list narrows it.
     #[arg(long, value_delimiter = ',')]
     api: Vec<String>,
     /// Arrivals: `open` (Poisson, the default) or `closed:N` (N clients, each
@@ -170,7 +171,9 @@ async fn main() -> anyhow::Result<()> {
     let apis = args
         .api
         .iter()
-        .map(|a| Api::parse(a).with_context(|| format!("--api {a:?}: openai or messages")))
+        .map(|a| {
+            Api::parse(a).with_context(|| format!("--api {a:?}: openai, messages or openai-keyed"))
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let densities = Density::parse_list(&args.density)?;
     if args.matrix {

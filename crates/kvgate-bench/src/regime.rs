@@ -95,15 +95,20 @@ pub enum Api {
     OpenAi,
     /// Anthropic's `POST /v1/messages` ([`crate::conversation`]).
     Messages,
+    /// `POST /v1/chat/completions` with `prompt_cache_key` = the session's
+    /// id, as agent clients that set it send it (Codex does).
+    OpenAiKeyed,
 }
 
 impl Api {
-    pub const BOTH: [Api; 2] = [Api::OpenAi, Api::Messages];
+    /// The agent benchmark's: chat without and with a session hint, and Messages.
+    pub const AGENTS: [Api; 3] = [Api::OpenAi, Api::OpenAiKeyed, Api::Messages];
 
     pub fn parse(text: &str) -> Option<Api> {
         match text.trim() {
             "openai" => Some(Api::OpenAi),
             "messages" => Some(Api::Messages),
+            "openai-keyed" => Some(Api::OpenAiKeyed),
             _ => None,
         }
     }
@@ -114,6 +119,7 @@ impl fmt::Display for Api {
         f.write_str(match self {
             Api::OpenAi => "openai",
             Api::Messages => "messages",
+            Api::OpenAiKeyed => "openai-keyed",
         })
     }
 }
@@ -175,7 +181,7 @@ mod tests {
             Regime::default().to_string(),
             "open · stream · capacity configured"
         );
-        for api in Api::BOTH {
+        for api in Api::AGENTS {
             assert_eq!(Api::parse(&api.to_string()), Some(api));
         }
         let messages = Regime {

@@ -1,6 +1,7 @@
 //! The agent benchmark (`kvgate-loadbench --agents`, issue 21): the
 //! `coding-agent` workload under every strategy, a baseline first, over both
-//! APIs a coding agent speaks — OpenAI chat and Anthropic Messages (what
+//! APIs a coding agent speaks — OpenAI chat, without and with the session's
+//! id as `prompt_cache_key` (as Codex sends it), and Anthropic Messages (what
 //! Claude Code sends: `system` on top, tool calls and tool results as blocks,
 //! the session id in `metadata.user_id`) — into `agents.md` ([`report`]).
 //!
@@ -48,11 +49,11 @@ pub struct Options {
 }
 
 impl Options {
-    /// Every strategy over both APIs, written to `out`.
+    /// Every strategy over every API shape, written to `out`.
     pub fn full(traces: PathBuf, out: PathBuf) -> Self {
         Self {
             arms: ARMS.to_vec(),
-            apis: Api::BOTH.to_vec(),
+            apis: Api::AGENTS.to_vec(),
             quick: false,
             seed: 7,
             traces,

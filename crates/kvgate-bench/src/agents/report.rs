@@ -1,6 +1,6 @@
 //! `agents.md`: how it was run, the workload and where its shape comes from,
-//! one table of every strategy over both APIs, and each strategy's figures
-//! over Messages against its figures over chat.
+//! one table of every strategy over every API shape, and each strategy's
+//! figures over Messages and keyed chat against its figures over plain chat.
 
 use std::fmt::Write as _;
 
@@ -14,7 +14,7 @@ pub fn markdown(ctx: &Context, build: &str, results: &[WorkloadResult], elapsed_
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "# Coding agents through kvgate: every strategy over chat and Messages\n"
+        "# Coding agents through kvgate: every strategy over chat (with and without a session hint) and Messages\n"
     );
     let _ = writeln!(
         s,
@@ -56,7 +56,10 @@ fn workload(s: &mut String, results: &[WorkloadResult]) {
     let _ = writeln!(
         s,
         "*openai*: each turn a `POST /v1/chat/completions` with the whole history (the \
-         shared prefix as the system message). *messages*: each turn a `POST /v1/messages` \
+         shared prefix as the system message). *openai-keyed*: the same with \
+         `prompt_cache_key` = the session's id (shared by its sub-agents), as agent \
+         clients that set it send it (Codex does); kvgate takes it as the session's \
+         partition, so a prompt matches only what its own session sent. *messages*: each turn a `POST /v1/messages` \
          as Claude Code sends it (`x-api-key`, `anthropic-version: 2023-06-01`, `max_tokens`, \
          the shared prefix as the top-level `system`, a tool result as a `tool_result` block \
          answering the previous answer, which goes back as a `tool_use` block, \
@@ -142,47 +145,67 @@ fn failed(r: &RunResult) -> String {
     }
 }
 
-/// Each strategy over Messages against itself over chat.
+/// Each strategy over Messages, and over chat with a session hint, against
+/// itself over plain chat.
 fn against_chat(s: &mut String, results: &[WorkloadResult]) {
     let by_api = |api: Api| results.iter().find(|w| w.regime.api == api);
-    let (Some(chat), Some(messages)) = (by_api(Api::OpenAi), by_api(Api::Messages)) else {
+    let Some(chat) = by_api(Api::OpenAi) else {
         return;
     };
-    let _ = writeln!(s, "## Messages against chat, strategy by strategy\n");
+    let others: Vec<&WorkloadResult> = [Api::Messages, Api::OpenAiKeyed]
+        .into_iter()
+        .filter_map(by_api)
+        .collect();
+    if others.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "## Against plain chat, strategy by strategy\n");
     let _ = writeln!(
         s,
-        "| strategy | of ceiling (chat → messages) | P90 TTFT (chat → messages) | client P90 (chat → messages) |"
+        "| API | strategy | of ceiling (chat → this) | P90 TTFT (chat → this) | client P90 (chat → this) | shares (chat → this) |"
     );
-    let _ = writeln!(s, "|---|---|---|---|");
-    for m in &messages.runs {
-        let Some(c) = chat.run(m.arm) else {
-            continue;
-        };
-        let _ = writeln!(
-            s,
-            "| {} | {:.1}% → {:.1}% | {} → {} | {} → {} |",
-            m.arm.label(),
-            100.0 * chat.of_ceiling(c),
-            100.0 * messages.of_ceiling(m),
-            ms(c.engine_ttft_exact.1),
-            ms(m.engine_ttft_exact.1),
-            ms(c.ttft_p90),
-            ms(m.ttft_p90),
-        );
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    for other in others {
+        for m in &other.runs {
+            let Some(c) = chat.run(m.arm) else {
+                continue;
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.1}% → {:.1}% | {} → {} | {} → {} | {} → {} |",
+                other.regime.api,
+                m.arm.label(),
+                100.0 * chat.of_ceiling(c),
+                100.0 * other.of_ceiling(m),
+                ms(c.engine_ttft_exact.1),
+                ms(m.engine_ttft_exact.1),
+                ms(c.ttft_p90),
+                ms(m.ttft_p90),
+                shares(&c.shares),
+                shares(&m.shares),
+            );
+        }
     }
     let _ = writeln!(
         s,
-        "\nWhat differs between the APIs is the session hint. Over Messages the gateway \
-         keys `prefix_aware` by `metadata.user_id` instead of the prompt's first \
+        "\nWhat differs between the API shapes is the session hint. Over Messages the \
+         gateway keys `prefix_aware` by `metadata.user_id` instead of the prompt's first \
          `prefix_length` characters, so the sessions spread over the ring, each from its \
          first turn on its own instance until that instance's bounded load sends it on \
-         (at this load a few requests an instance, which moves almost every \
-         session at some turn: *sessions kept*); over chat every session has the one key \
-         of the shared system-and-tools prefix, so they pile onto one instance until its \
-         bounded load sends them on (*moved*), away from their histories. `longest_prefix` \
-         and `kv_aware` place each request by what each instance holds, whatever the API, \
-         and the balance cap does not bind a session's turn on the instance holding its \
-         history past the shared prefix: it moves when that instance's queue outweighs \
-         recomputing the history.\n"
+         (at this load a few requests an instance, which moves almost every session at \
+         some turn: *sessions kept*); `longest_prefix` and `kv_aware` start each session \
+         on its key's ring instance. Keyed chat's `prompt_cache_key` is a partition: it \
+         keys `prefix_aware` by session too, and `longest_prefix` and `kv_aware` match a \
+         prompt only against what its own session sent, so a session's first turn is \
+         cold to the gateway and goes to the cheapest instance, the least worked lately \
+         among equals. Over plain chat every session has the one key of the shared \
+         system-and-tools prefix, so `prefix_aware` piles them onto one instance until \
+         its bounded load sends them on (*moved*), away from their histories; and nothing \
+         tells one session from another before its first answer, so `longest_prefix` and \
+         `kv_aware` start each where the shared prefix is already held and cheapest, \
+         which at this load leaves instances idle (*shares*). On every shape, the balance \
+         cap does not bind a session's turn on the instance holding its history past the \
+         shared prefix: it moves when that instance's queue outweighs recomputing the \
+         history.\n"
     );
 }
