@@ -33,6 +33,7 @@ pub fn key(
         text: mut window,
         history_from,
         named_by,
+        opening_bytes,
     } = window(route, &prompt, value, &routing.prompt_members, scan)?;
     // A scan that stopped short saw the whole prompt; one that filled up did
     // not, and the body's size is the better estimate of the rest.
@@ -74,13 +75,19 @@ pub fn key(
     input.kv = kv;
     // A chat conversation that nothing else names is named by its opening
     // and first question, on its early turns: while its own history is
-    // shorter than the opening it shares (`kvgate_routing::LongestPrefix`).
-    let named = (session.is_none() && input.partition.is_empty() && routing.strategy.uses_index())
-        .then_some(named_by.zip(history_from))
-        .flatten()
-        .filter(|&(_, opening)| prompt_chars.saturating_sub(opening) < opening)
-        .and_then(|(end, _)| window.get(..end))
-        .map(|name| Home::Named(kvgate_prefix::routing_key(tenant, "\u{1}", name)));
+    // shorter than the opening it shares (both in bytes: `prompt_chars`
+    // counts bytes of the window, or of the body past it), and only for a
+    // next question — a body ending with an answer is the client prefilling
+    // it, not a conversation going on (`kvgate_routing::LongestPrefix`).
+    let named = (session.is_none()
+        && input.partition.is_empty()
+        && routing.strategy.uses_index()
+        && asks(&prompt))
+    .then_some(named_by.zip(opening_bytes))
+    .flatten()
+    .filter(|&(_, opening)| prompt_chars.saturating_sub(opening) < opening)
+    .and_then(|(end, _)| window.get(..end))
+    .map(|name| Home::Named(kvgate_prefix::routing_key(tenant, "\u{1}", name)));
     window.truncate(key_window_len(api, &window, routing.prefix_length));
     let partition = &input.partition;
     input.key = match session {
@@ -98,6 +105,18 @@ pub fn key(
     Ok(window)
 }
 
+/// Whether a chat or Messages prompt ends with a user turn (a question or a
+/// tool's result), not with an answer the client prefills.
+fn asks(prompt: &Value) -> bool {
+    prompt
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|m| m.last())
+        .and_then(|m| m.get("role"))
+        .and_then(Value::as_str)
+        .is_some_and(|role| role != "assistant")
+}
+
 /// A prompt's window, and where a conversation's parts lie in it (chat and
 /// Messages only; `kvgate_prefix::Window`).
 struct Scanned {
@@ -106,6 +125,8 @@ struct Scanned {
     history_from: Option<usize>,
     /// The byte before its first answer.
     named_by: Option<usize>,
+    /// The byte where its own history begins.
+    opening_bytes: Option<usize>,
 }
 
 impl Scanned {
@@ -114,6 +135,7 @@ impl Scanned {
             text,
             history_from: None,
             named_by: None,
+            opening_bytes: None,
         }
     }
 }
@@ -131,6 +153,7 @@ fn window(
         text: w.text.into_bytes(),
         history_from: w.history_from,
         named_by: w.named_by,
+        opening_bytes: w.opening_bytes,
     };
     Ok(match route.api() {
         Api::Chat => kvgate_prefix::chat_window_with_history(prompt, scan)

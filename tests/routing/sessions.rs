@@ -284,8 +284,9 @@ async fn chat_conversations_over_one_opening_spread_from_their_second_turn() {
         );
     }
     // A conversation named by the client (`prompt_cache_key`), or one whose
-    // own history already outweighs its opening, is never moved to a home,
-    // even while its instance is busy (with its own first question again).
+    // own history already outweighs its opening (none, or a short one), is
+    // never moved to a home, even while its instance is busy (with its own
+    // first question again).
     let mut keyed = chat_body(Some(&system), &[], &text(600, 60));
     keyed["prompt_cache_key"] = json!("conversation-9");
     let mut next = chat_body(
@@ -296,7 +297,26 @@ async fn chat_conversations_over_one_opening_spread_from_their_second_turn() {
     next["prompt_cache_key"] = json!("conversation-9");
     let untold = chat_body(None, &[], &text(700, 200));
     let long = chat_body(None, &[(text(700, 200), text(701, 20))], &text(702, 40));
-    for (first, next) in [(keyed, next), (untold, long)] {
+    let short = text(900, 30);
+    let brief = chat_body(Some(&short), &[], &text(901, 200));
+    let past = chat_body(
+        Some(&short),
+        &[(text(901, 200), text(902, 20))],
+        &text(903, 40),
+    );
+    // Nor is a body that ends with an answer the client prefills.
+    let asked = chat_body(Some(&system), &[], &text(800, 60));
+    let mut prefilled = asked.clone();
+    prefilled["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": "{"}));
+    for (first, next) in [
+        (keyed, next),
+        (untold, long),
+        (brief, past),
+        (asked, prefilled),
+    ] {
         let (by, _) = chat_turn(&gw, &first).await;
         let u = ups.iter().position(|u| u.state.name == by).unwrap();
         ups[u].set_mode(Mode::Hold);

@@ -36,8 +36,9 @@
 //! sessions evenly as they start; each instance pays the shared prompt's
 //! prefill once. A chat body names no session, so a chat conversation is
 //! known only from its first answer on: an early turn moves to its home,
-//! recomputing the turns already answered, when the instance holding it is
-//! busier and the home holds its opening or nothing ([`session_home`]).
+//! recomputing the turns already answered, when the instance it would
+//! otherwise go to is busier and the home holds its opening or nothing
+//! ([`session_home`]).
 //!
 //! The least [`Cost::total`] leads; among equal costs (a cold prefix on an
 //! idle fleet) the instance given the least work lately
@@ -57,9 +58,10 @@ struct Candidate {
     ring: usize,
     /// Its cost before the work it would duplicate for the fleet.
     own: u64,
-    /// It holds the request's opening, or nothing at all: a conversation
+    /// It holds the request's opening (7/8 of its estimate at least) and
+    /// none of the conversation past it, or nothing at all: a conversation
     /// moved there recomputes no shared prompt, or makes an idle instance its
-    /// first copy.
+    /// first copy, and is not sent back to where it was before.
     opens: bool,
     full: bool,
     total: u64,
@@ -109,11 +111,13 @@ impl LongestPrefix {
 /// own cost is at most the whole prompt more than the cheapest's total. What
 /// a copy duplicates for the fleet is not counted against it: a session's
 /// start is where the shared prompt gets its next holder, once. A named
-/// conversation's home leads only while the cheapest instance has more
-/// requests in flight, and only if it holds the conversation's opening or
-/// nothing at all: the move recomputes the turns already answered, which
-/// buys nothing while the fleet is not busy, and a copy of a shared prompt
-/// on an instance that holds others evicts them (conversations over three
+/// conversation's home leads only while the instance it would otherwise go
+/// to (the cheapest) has more requests in flight, and only if the home holds
+/// the conversation's opening but none of its history, or nothing at all:
+/// the move recomputes the turns already answered, which buys nothing while
+/// the fleet is not busy; a home holding its history is where it was before
+/// the cost model moved it on, and is not taken back to; and a copy of a
+/// shared prompt on an instance that holds others evicts them (conversations over three
 /// system prompts in small caches, `kvgate-loadbench --matrix`: without
 /// either condition, 2–7 points of cached tokens lost and P90 TTFT up to
 /// 4.7× where the gateway did not know the caches' size).
@@ -201,8 +205,11 @@ impl Policy for LongestPrefix {
                 ring,
                 own: c.total,
                 opens: l.cache_fill == 0
-                    || (l.matched_blocks as u64 + 1).saturating_mul(model.block_tokens)
-                        > request.opening_tokens.unwrap_or(0),
+                    || ((l.matched_blocks as u64 + 1)
+                        .saturating_mul(model.block_tokens)
+                        .saturating_mul(8)
+                        >= request.opening_tokens.unwrap_or(0).saturating_mul(7)
+                        && !holds_history(request, l, model)),
                 full: l.in_flight >= self.threshold
                     || (l.in_flight >= limit && !holds_history(request, l, model)),
                 total: c.total,
@@ -406,6 +413,19 @@ mod tests {
         assert_eq!(p.plan(&named, &loads).order[0], holder);
         loads[walk[1]].matched_blocks = 47;
         assert_eq!(p.plan(&named, &loads).order[0], walk[1]);
+        // 7/8 of the estimated opening is enough (2,625 of 3,000 tokens),
+        // one partial block short of it allowed.
+        loads[walk[1]].matched_blocks = 41;
+        assert_eq!(p.plan(&named, &loads).order[0], walk[1]);
+        loads[walk[1]].matched_blocks = 40;
+        assert_eq!(p.plan(&named, &loads).order[0], holder);
+        // A home holding the conversation past its opening is where the cost
+        // model moved it away from: it is not taken back there.
+        loads[walk[1]].matched_blocks = 49;
+        loads[holder].matched_blocks = 50;
+        let plan = p.plan(&named, &loads);
+        assert_eq!((plan.order[0], plan.reason), (holder, Reason::CacheHit));
+        loads[holder].matched_blocks = 47;
         loads[walk[1]] = Load::with_in_flight(0);
         // A ring instance at the cap gives way to the next one of the walk.
         loads[home] = Load::with_in_flight(3);

@@ -30,13 +30,15 @@ pub struct Window {
     /// name the conversation for as long as it lasts (a sub-agent that forks
     /// its history keeps them).
     pub named_by: Option<usize>,
+    /// `history_from` in bytes of `text`: the opening's length.
+    pub opening_bytes: Option<usize>,
 }
 
 /// Marks the history's start while a window's messages are written.
 #[derive(Debug, Default)]
 pub(super) struct HistoryMark {
-    /// Where the first user turn begins.
-    asked_at: Option<usize>,
+    /// Where the first user turn begins, in characters and in bytes.
+    asked_at: Option<(usize, usize)>,
     /// The window's bytes before the first answer to it.
     answered_at: Option<usize>,
 }
@@ -49,7 +51,7 @@ impl HistoryMark {
         }
         match message.get("role").and_then(Value::as_str) {
             Some("user") if self.asked_at.is_none() => {
-                self.asked_at = Some(max_chars - window.remaining());
+                self.asked_at = Some((max_chars - window.remaining(), window.byte_len()));
             }
             Some("assistant") if self.asked_at.is_some() && self.answered_at.is_none() => {
                 self.answered_at = Some(window.byte_len());
@@ -59,11 +61,12 @@ impl HistoryMark {
     }
 
     pub(super) fn window(self, window: CharBudget) -> Window {
-        let answered = self.answered_at.is_some();
+        let asked = self.asked_at.filter(|_| self.answered_at.is_some());
         Window {
             text: window.into_string(),
-            history_from: self.asked_at.filter(|_| answered),
+            history_from: asked.map(|(chars, _)| chars),
             named_by: self.answered_at,
+            opening_bytes: asked.map(|(_, bytes)| bytes),
         }
     }
 }
@@ -151,6 +154,7 @@ mod tests {
         assert_eq!(chat(&with_system).history_from, Some(11));
         // ... then "user" US "質問" RS: the first answer after 29 bytes.
         assert_eq!(chat(&with_system).named_by, Some(29));
+        assert_eq!(chat(&with_system).opening_bytes, Some(17));
     }
 
     #[test]
@@ -172,6 +176,10 @@ mod tests {
             rest.starts_with("user\u{1f}fix the build\u{1e}"),
             "{rest:?}"
         );
+        // Named by its opening and task, in bytes of the window.
+        let name = &w.text[..w.named_by.unwrap()];
+        assert!(name.ends_with("user\u{1f}fix the build\u{1e}"), "{name:?}");
+        assert_eq!(w.opening_bytes, Some(at), "ASCII: bytes are characters");
         // Cut where the answer would begin, the window shows no history.
         let answer = at + "user\u{1f}fix the build\u{1e}".chars().count();
         let cut = messages_window_with_history(&body, answer).unwrap();
