@@ -106,7 +106,7 @@ pub fn explain(
     if let Some(session) = &analysis.session {
         notes.push(format!("session hint {session:?} (metadata.user_id): the key is the session's, not the window's, so its turns stay together while the prompt grows"));
     } else if input.home.is_some() {
-        notes.push("a conversation in its early turns (its history shorter than its opening), named by its opening and first question: it starts from that name's instance on the ring, so conversations that share an opening spread as they start; set prompt_cache_key to name it".to_owned());
+        notes.push("a conversation in its early turns (its history shorter than its opening), named by its opening and first question: it moves to that name's instance on the ring when the instance it would otherwise go to is busier and that one holds its opening or nothing, so conversations that share an opening spread; set prompt_cache_key to name it".to_owned());
     } else if input.partition.is_empty() {
         notes.push("no partition: set prompt_cache_key or X-Amzn-SageMaker-Prefix-Aware-Id to split one prefix's traffic by user or session".to_owned());
     }

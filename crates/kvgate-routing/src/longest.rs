@@ -117,10 +117,12 @@ impl LongestPrefix {
 /// the move recomputes the turns already answered, which buys nothing while
 /// the fleet is not busy; a home holding its history is where it was before
 /// the cost model moved it on, and is not taken back to; and a copy of a
-/// shared prompt on an instance that holds others evicts them (conversations over three
-/// system prompts in small caches, `kvgate-loadbench --matrix`: without
-/// either condition, 2–7 points of cached tokens lost and P90 TTFT up to
-/// 4.7× where the gateway did not know the caches' size).
+/// shared prompt on an instance that holds others evicts them
+/// (conversations over three system prompts in small caches,
+/// `kvgate-loadbench --matrix`: without these conditions, 2–7 points of
+/// cached tokens lost and P90 TTFT up to 4.7× where the gateway did not know
+/// the caches' size). The named walk maps instances to candidates once, so
+/// a walk past many full instances stays O(instances).
 fn session_home(
     ring: &Ring,
     request: &Request,
