@@ -26,6 +26,11 @@ pub enum Arm {
     /// SmolLM2's tokenizer and publish events; every other arm's count 4-byte
     /// chunks and publish nothing.
     KvAware,
+    /// `prefix_aware` on `kv_aware`'s instances (tokenizing with SmolLM2, their
+    /// KV and prefill scaled the same way, publishing nothing): the baseline
+    /// the matrix judges `kv_aware` against, so that both face the same
+    /// engines and the scaling's approximation does not enter the verdict.
+    PrefixAwareOnTokens,
 }
 
 impl Arm {
@@ -45,15 +50,33 @@ impl Arm {
             Arm::Random => Strategy::Random,
             Arm::RoundRobin => Strategy::RoundRobin,
             Arm::LeastOutstanding => Strategy::LeastOutstandingRequests,
-            Arm::PrefixAware | Arm::PrefixAwareUnbounded => Strategy::PrefixAware,
+            Arm::PrefixAware | Arm::PrefixAwareUnbounded | Arm::PrefixAwareOnTokens => {
+                Strategy::PrefixAware
+            }
             Arm::LongestPrefix => Strategy::LongestPrefix,
             Arm::KvAware => Strategy::KvAware,
         }
     }
 
-    /// Whether its instances tokenize for real and publish KV events.
+    /// Whether its gateway routes on KV events (its instances publish them).
     pub fn uses_events(self) -> bool {
         self.strategy().uses_events()
+    }
+
+    /// Whether its instances tokenize for real (SmolLM2) and count those
+    /// tokens: `kv_aware`'s, and its same-engine baseline's.
+    pub fn tokenizing(self) -> bool {
+        self.uses_events() || self == Arm::PrefixAwareOnTokens
+    }
+
+    /// The arm the matrix judges this one against: `prefix_aware` on the same
+    /// kind of instances, when it ran in `ran`.
+    pub fn baseline(self, ran: &[Arm]) -> Arm {
+        if self.tokenizing() && ran.contains(&Arm::PrefixAwareOnTokens) {
+            Arm::PrefixAwareOnTokens
+        } else {
+            Arm::PrefixAware
+        }
     }
 
     /// Whether the gateway runs on its cache-aware defaults (threshold,
@@ -66,6 +89,7 @@ impl Arm {
     pub fn label(self) -> &'static str {
         match self {
             Arm::PrefixAwareUnbounded => "prefix_aware_unbounded",
+            Arm::PrefixAwareOnTokens => "prefix_aware_tokens",
             other => other.strategy().as_str(),
         }
     }
@@ -73,6 +97,7 @@ impl Arm {
     pub fn parse(name: &str) -> Option<Arm> {
         Arm::ALL
             .into_iter()
+            .chain([Arm::PrefixAwareOnTokens])
             .find(|a| a.label() == name)
             .or_else(|| {
                 Strategy::parse(name).and_then(|s| Arm::ALL.into_iter().find(|a| a.strategy() == s))
@@ -104,6 +129,18 @@ mod tests {
         assert_eq!(Arm::parse("longest_prefix"), Some(Arm::LongestPrefix));
         assert_eq!(Arm::parse("kv_aware"), Some(Arm::KvAware));
         assert!(Arm::KvAware.uses_events() && !Arm::LongestPrefix.uses_events());
+        assert_eq!(
+            Arm::parse("prefix_aware_tokens"),
+            Some(Arm::PrefixAwareOnTokens)
+        );
+        let on = Arm::PrefixAwareOnTokens;
+        assert!(on.tokenizing() && !on.uses_events());
+        assert_eq!(Arm::KvAware.baseline(&[Arm::PrefixAware, on]), on);
+        assert_eq!(Arm::KvAware.baseline(&[Arm::PrefixAware]), Arm::PrefixAware);
+        assert_eq!(
+            Arm::LongestPrefix.baseline(&[Arm::PrefixAware, on]),
+            Arm::PrefixAware
+        );
         assert_eq!(Arm::parse("nope"), None);
     }
 }

@@ -66,15 +66,13 @@ impl Fleet {
     /// SmolLM2's tokenizer and publish KV events, and this returns once every
     /// gateway has heard every instance (see [`crate::kv_wait`]).
     pub async fn start(setup: &Setup, arm: Arm, endpoint: &str) -> anyhow::Result<Self> {
-        let (tokenizer, kv_events) = if arm.uses_events() {
-            (
-                Some(crate::tokenizer::shared()?),
-                Some(KvEventsConfig::default()),
-            )
+        let tokenizer = if arm.tokenizing() {
+            Some(crate::tokenizer::shared()?)
         } else {
-            (None, None)
+            None
         };
-        let base = if arm.uses_events() {
+        let kv_events = arm.uses_events().then(KvEventsConfig::default);
+        let base = if arm.tokenizing() {
             setup.kv_sim()
         } else {
             setup.sim.clone()

@@ -104,7 +104,7 @@ impl WorkloadResult {
     /// tokens its instances count.
     pub fn ceiling_of(&self, arm: Arm) -> f64 {
         match self.token_ceiling {
-            Some(c) if arm.uses_events() => c,
+            Some(c) if arm.tokenizing() => c,
             _ => self.ceiling,
         }
     }
@@ -173,18 +173,18 @@ pub async fn bench_with(
     // still prefills) as the first arm's bodies measure, so that each arm's
     // engines hold and prefill the same text in the same time.
     let calibrate = (setup.kv_token_ratio - 1.0).abs() < 1e-9
-        && arms.first().is_some_and(|a| !a.uses_events())
-        && arms.iter().any(|a| a.uses_events());
+        && arms.first().is_some_and(|a| !a.tokenizing())
+        && arms.iter().any(|a| a.tokenizing());
     let mut kv_setup = setup.clone();
     let mut measured = !calibrate;
     for (i, &arm) in arms.iter().enumerate() {
-        if arm.uses_events() && !measured {
+        if arm.tokenizing() && !measured {
             let (held, prefilled) = ceiling::token_ratio(&bodies, tokenizer::shared()?).await?;
             kv_setup.kv_token_ratio = held;
             kv_setup.kv_prefill_ratio = Some(prefilled);
             measured = true;
         }
-        let on = if arm.uses_events() { &kv_setup } else { setup };
+        let on = if arm.tokenizing() { &kv_setup } else { setup };
         let record = (ceilings || calibrate) && i == 0;
         let mut r = run::run(on, arm, tag, record, ceilings).await?;
         progress(&format!(
@@ -210,7 +210,7 @@ pub async fn bench_with(
     } else {
         0.0
     };
-    let token_ceiling = if ceilings && arms.iter().any(|a| a.uses_events()) {
+    let token_ceiling = if ceilings && arms.iter().any(|a| a.tokenizing()) {
         Some(ceiling::ceiling(&bodies, Some(tokenizer::shared()?)).await?)
     } else {
         None

@@ -177,7 +177,7 @@ async fn a_quick_matrix_slice_runs_closed_loop_unstreamed_with_unknown_capacity(
     assert_eq!(cells.len(), 4);
     for w in &cells {
         assert_eq!(w.instances, matrix::sizes::INSTANCES);
-        assert_eq!(w.runs.len(), 3);
+        assert_eq!(w.runs.len(), matrix::ARMS.len());
         for r in &w.runs {
             let what = format!("{} {} {}", w.setup_id, w.regime, r.arm.label());
             assert_eq!(r.failed, 0, "{what}: {:?}", r.first_error);
@@ -189,6 +189,11 @@ async fn a_quick_matrix_slice_runs_closed_loop_unstreamed_with_unknown_capacity(
             );
         }
         assert_eq!(matrix::verdict::judge(w).len(), 2);
+        // kv_aware is judged against prefix_aware on its own tokenizing instances.
+        assert_eq!(
+            matrix::verdict::baseline(w, Arm::KvAware).map(|r| r.arm),
+            Some(Arm::PrefixAwareOnTokens)
+        );
     }
     let md = std::fs::read_to_string(dir.join("matrix.md")).unwrap();
     assert!(md.contains("## Summary"), "{md}");

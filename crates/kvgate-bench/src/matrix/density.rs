@@ -64,15 +64,16 @@ pub(super) fn side_by_side(s: &mut String, cells: &[WorkloadResult]) {
     let _ = writeln!(
         s,
         "Each cell's KV hit (cached ÷ prompt tokens), P90 TTFT (whole answer without \
-         streaming; instances' clock) and req/s, `prefix_aware` first; a verdict against it \
-         after each cache-aware strategy; then the bytes a token each gateway had learned \
+         streaming; instances' clock) and req/s, `prefix_aware` first; a verdict after each \
+         cache-aware strategy (`kv_aware`'s against `prefix_aware` on its own tokenizing \
+         instances, the column before it, where that ran); then the bytes a token each gateway had learned \
          (`prefix_aware` / `longest_prefix` / `kv_aware`).\n"
     );
     let _ = writeln!(
         s,
-        "| workload | chars/token | engine bytes/token | regime | prefix_aware | longest_prefix | verdict | kv_aware | verdict | learned bytes/token |"
+        "| workload | chars/token | engine bytes/token | regime | prefix_aware | longest_prefix | verdict | prefix_aware_tokens | kv_aware | verdict | learned bytes/token |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
     for w in cells {
         let verdicts = verdict::judge(w);
         let figures = |arm: Arm| {
@@ -100,7 +101,7 @@ pub(super) fn side_by_side(s: &mut String, cells: &[WorkloadResult]) {
             .collect();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             w.setup_id,
             w.density.label(),
             engine_bytes_per_token(w),
@@ -108,6 +109,7 @@ pub(super) fn side_by_side(s: &mut String, cells: &[WorkloadResult]) {
             figures(Arm::PrefixAware),
             figures(Arm::LongestPrefix),
             says(Arm::LongestPrefix),
+            figures(Arm::PrefixAwareOnTokens),
             figures(Arm::KvAware),
             says(Arm::KvAware),
             learned.join(" / "),

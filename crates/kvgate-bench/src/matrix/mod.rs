@@ -32,8 +32,14 @@ use crate::report::Context;
 use crate::workload::Kind;
 use crate::{Arm, WorkloadResult, bench_with};
 
-/// The strategies every cell compares.
-pub const ARMS: [Arm; 3] = [Arm::PrefixAware, Arm::LongestPrefix, Arm::KvAware];
+/// The strategies every cell compares: `kv_aware` beside `prefix_aware` on
+/// its own tokenizing instances, which it is judged against.
+pub const ARMS: [Arm; 4] = [
+    Arm::PrefixAware,
+    Arm::LongestPrefix,
+    Arm::PrefixAwareOnTokens,
+    Arm::KvAware,
+];
 
 /// What to run; each list narrows one dimension (all of it by default).
 #[derive(Clone, Debug)]

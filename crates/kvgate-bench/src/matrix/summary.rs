@@ -42,16 +42,17 @@ pub(super) fn summary(s: &mut String, cells: &[WorkloadResult]) {
     let mut any = false;
     for (w, v) in judged.iter().filter(|(_, v)| !v.won()) {
         any = true;
-        let (Some(base), Some(r)) = (w.run(crate::Arm::PrefixAware), w.run(v.arm)) else {
+        let (Some(base), Some(r)) = (verdict::baseline(w, v.arm), w.run(v.arm)) else {
             continue;
         };
         let _ = writeln!(
             s,
-            "- {} · {} — `{}` lost on {}: hit {:.1}% vs {:.1}%, P90 {} vs {}, {:.2} vs {:.2} req/s",
+            "- {} · {} — `{}` lost on {} against `{}`: hit {:.1}% vs {:.1}%, P90 {} vs {}, {:.2} vs {:.2} req/s",
             w.workload_label(),
             w.regime,
             v.arm.label(),
             v.failed().join(", "),
+            base.arm.label(),
             100.0 * r.hit_rate,
             100.0 * base.hit_rate,
             crate::report::ms(verdict::engine_p90(w, r)),

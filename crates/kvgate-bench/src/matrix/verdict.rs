@@ -85,16 +85,20 @@ pub fn throughput(r: &RunResult) -> f64 {
     r.engine_requests_per_s.unwrap_or(r.requests_per_s)
 }
 
+/// The `prefix_aware` run `arm` is judged against in `w`: on the same kind
+/// of instances where that ran ([`Arm::baseline`]).
+pub fn baseline(w: &WorkloadResult, arm: Arm) -> Option<&RunResult> {
+    let ran: Vec<Arm> = w.runs.iter().map(|r| r.arm).collect();
+    w.run(arm.baseline(&ran))
+}
+
 /// Each judged strategy that ran in `w`, against its `prefix_aware` run
 /// (none when that did not run).
 pub fn judge(w: &WorkloadResult) -> Vec<Verdict> {
-    let Some(base) = w.run(Arm::PrefixAware) else {
-        return Vec::new();
-    };
     JUDGED
         .iter()
-        .filter_map(|&arm| w.run(arm))
-        .map(|r| Verdict {
+        .filter_map(|&arm| Some((w.run(arm)?, baseline(w, arm)?)))
+        .map(|(r, base)| Verdict {
             arm: r.arm,
             hit: r.hit_rate >= base.hit_rate - HIT_SLACK - 1e-12,
             ttft: engine_p90(w, r) <= TTFT_FACTOR * engine_p90(w, base) + 1e-12,
