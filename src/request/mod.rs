@@ -59,6 +59,10 @@ pub struct RouteInput {
     /// The key whose ring a session starts from
     /// ([`kvgate_routing::Request::home`]).
     pub home: Option<kvgate_routing::Home>,
+    /// A chat or Messages conversation's first turn (cache-aware
+    /// strategies): counted where it goes, as a session started there
+    /// ([`kvgate_routing::Load::recent_sessions`]).
+    pub starts_session: bool,
     /// The bytes to forward: the client's, untouched, except that the
     /// admission layer may set the upstream `cache_salt` (see `tenancy::salt`).
     pub body: Bytes,
@@ -92,6 +96,7 @@ impl RouteInput {
             prompt_chars: None,
             opening_tokens: None,
             home: None,
+            starts_session: false,
             body: Bytes::new(),
             has_cache_salt: false,
             is_object: false,

@@ -97,9 +97,18 @@ pub fn key(
         Some(s) => kvgate_prefix::routing_key(tenant, &format!("{partition}\u{1}{s}"), b""),
         None => kvgate_prefix::routing_key(tenant, partition, &window),
     };
-    // A hinted session starts at its key's ring instance.
+    input.starts_session = matches!(api, Api::Chat | Api::Messages)
+        && route.uses_strategy()
+        && routing.strategy.uses_index()
+        && history_from.is_none()
+        && asks(&prompt);
+    // A session's first turn, hinted or under its own `prompt_cache_key`
+    // (a partition), starts where the fleet is least loaded lately.
     input.home = match session {
         Some(_) => history_from.is_none().then_some(Home::Hinted),
+        None if !partition.is_empty() && routing.strategy.uses_index() => {
+            history_from.is_none().then_some(Home::Keyed)
+        }
         None => named,
     };
     Ok(window)

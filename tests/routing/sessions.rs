@@ -1,14 +1,16 @@
-//! Sessions under `longest_prefix`. A Messages session, as an agent sends it
-//! (`metadata.user_id`, a shared system prompt, a history growing by tool
-//! results), starts on its ring instance, and stays there past the balance
-//! cap until that instance's queue outweighs recomputing the session. Chat
-//! conversations over one shared opening, which name no session, spread from
-//! their second turn: each goes to the ring instance its opening and first
-//! question name, and stays there.
+//! Sessions under `longest_prefix`. A session's first turn (a Messages
+//! `metadata.user_id`, or a chat `prompt_cache_key` nothing yet holds) starts
+//! where the fewest sessions started lately, so sessions spread by count, and
+//! stays there past the balance cap until that instance's queue outweighs
+//! recomputing the session. Chat conversations over one shared opening, which
+//! name no session, spread from their second turn: each goes to the ring
+//! instance its opening and first question name, and stays there.
 
 use serde_json::{Value, json};
 
-use super::cache_aware::{MODEL, at, explain as explain_chat, ids, request, text, upstreams, yaml};
+use super::cache_aware::{
+    MODEL, at, explain as explain_chat, ids, num, request, text, upstreams, yaml,
+};
 use crate::common::*;
 
 const ANSWER: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"cache-model","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":2}}"#;
@@ -346,4 +348,83 @@ async fn chat_conversations_over_one_opening_spread_from_their_second_turn() {
         })
         .await;
     }
+}
+
+/// Session `s`'s first question.
+fn first(s: usize) -> String {
+    text(200 + s as u64, 300)
+}
+
+/// Session `s`'s next question: after its first, or its first. Session 0's
+/// second is a long tool result, which gives its instance the most work of
+/// the fleet while it has one session like the others.
+fn next(past: Option<&(String, String)>, s: usize) -> String {
+    match past {
+        Some(_) if s == 0 => text(300, 3000),
+        Some(_) => text(300 + s as u64, 80),
+        None => first(s),
+    }
+}
+
+/// Eight sessions, one after another, each sending its first turn and then a
+/// second with its history: the first turns spread by count (two an
+/// instance of four), whatever the ring or the work given lately would say
+/// (the work would keep new sessions off session 0's instance), and every
+/// second turn stays where its first went.
+async fn eight_sessions_start_two_an_instance(
+    ups: &[Upstream],
+    turn: impl AsyncFn(Option<&(String, String)>, usize) -> (String, Value),
+) {
+    let mut started = std::collections::HashMap::<String, usize>::new();
+    for s in 0..8usize {
+        let (by, v) = turn(None, s).await;
+        let counts: u64 = ups
+            .iter()
+            .map(|u| num(&v, &u.state.name, "recent_sessions"))
+            .sum();
+        assert_eq!(counts, s as u64, "every start counted where it went: {v}");
+        let fewest = ups
+            .iter()
+            .map(|u| num(&v, &u.state.name, "recent_sessions"))
+            .min();
+        assert_eq!(
+            Some(num(&v, &by, "recent_sessions")),
+            fewest,
+            "session {s}: {v}"
+        );
+        *started.entry(by.clone()).or_default() += 1;
+        let (again, v) = turn(Some(&(first(s), "ok".to_owned())), s).await;
+        assert_eq!(again, by, "session {s}'s second turn moved: {v}");
+        assert_eq!(v["reason"], "cache_hit", "{v}");
+    }
+    let mut counts: Vec<usize> = started.values().copied().collect();
+    counts.sort_unstable();
+    assert_eq!(counts, [2, 2, 2, 2], "{started:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_start_evenly_by_count_over_messages_and_keyed_chat() {
+    let system = text(1, 1500);
+    // Messages, `metadata.user_id` naming each session.
+    let ups = upstreams(4, Mode::Raw(200, "application/json", ANSWER)).await;
+    let gw = Gateway::start(&yaml("agents", &ids(&ups), &[], "")).await;
+    eight_sessions_start_two_an_instance(&ups, async |past, s| {
+        let turns: Vec<(String, String)> = past.into_iter().cloned().collect();
+        let b = body(&system, &format!("session-{s}"), &turns, &next(past, s));
+        let v = explain(&gw, &b).await;
+        let r = post(&gw, &b).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        (served_by(&r), v)
+    })
+    .await;
+    // Chat, each conversation under its own `prompt_cache_key`.
+    let ups = upstreams(4, Mode::Json).await;
+    let gw = Gateway::start(&yaml("agents", &ids(&ups), &[], "")).await;
+    eight_sessions_start_two_an_instance(&ups, async |past, s| {
+        let turns: Vec<(String, String)> = past.into_iter().cloned().collect();
+        let mut b = chat_body(Some(&system), &turns, &next(past, s));
+        b["prompt_cache_key"] = json!(format!("conversation-{s}"));
+        chat_turn(&gw, &b).await
+    })
+    .await;
 }

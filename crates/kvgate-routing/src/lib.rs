@@ -140,8 +140,13 @@ pub struct Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Home {
     /// A session hint's first turn (Anthropic's `metadata.user_id`): the
-    /// request's key is the session's.
+    /// request's key is the session's. It starts on the instance where the
+    /// fewest conversations started lately ([`Load::recent_sessions`]) of
+    /// those within one prompt of the cheapest.
     Hinted,
+    /// A first turn under a `prompt_cache_key` (a partition): as
+    /// [`Home::Hinted`] when nothing in its partition is held anywhere yet.
+    Keyed,
     /// A conversation nothing else names, on its early turns: this key,
     /// taken from its opening and first question. It leads only while the
     /// instance that would otherwise answer is busier.
@@ -183,6 +188,11 @@ pub struct Load {
     /// Prompt tokens sent to it lately (decaying), so that among instances
     /// equal in cost the one given least work leads and none sits idle.
     pub recent_work: u64,
+    /// Conversations (chat and Messages first turns) started there lately
+    /// (decaying over a minute): a session's first turn starts where the
+    /// fewest live ([`Home`]), so sessions, which stay where they start,
+    /// spread by count and not by the queue of one instant.
+    pub recent_sessions: u64,
     /// Prefill tokens one request costs the instance, as its answers showed
     /// ([`pace::Pace`]); 0: not known, [`cost::REQUEST_OVERHEAD`].
     pub overhead_tokens: u64,

@@ -23,22 +23,26 @@
 //! whenever two other sessions were running there, and recomputed in full on
 //! an instance holding none of it (3.5 s to a first token against 25 ms).
 //!
-//! A session's start ([`Request::home`]: a session hint's first turn, or a
-//! chat conversation's early turns, named by its opening and first
-//! question) goes to the first instance of the home key's ring walk under the
-//! caps, as `prefix_aware` would place it, unless its wait there (the work it
-//! would duplicate aside) exceeds the cheapest instance's cost by more than
-//! its whole prompt. By cost alone every new session would go where the
-//! shared system prompt is already held until that instance's queue
-//! outweighed a copy, and the sessions, each staying where it starts, would
-//! leave the rest of the fleet idle (coding agents: one instance of four with
-//! no session at all over Messages, two over chat). The ring spreads
-//! sessions evenly as they start; each instance pays the shared prompt's
-//! prefill once. A chat body names no session, so a chat conversation is
-//! known only from its first answer on: an early turn moves to its home,
-//! recomputing the turns already answered, when the instance it would
-//! otherwise go to is busier and the home holds its opening or nothing
-//! ([`session_home`]).
+//! A session's start ([`Request::home`]: a session hint's first turn, a
+//! keyed chat's first turn when nothing of it is held anywhere, or a chat
+//! conversation's early turns, named by its opening and first question) is
+//! placed for the session's whole life, not for this instant. A hinted or
+//! keyed first turn goes, among the instances whose cost is within its whole
+//! prompt of the cheapest, to the one where the fewest sessions started
+//! lately ([`Load::recent_sessions`], a minute's half-life; ties by the work
+//! given lately, then the ring walk). By cost alone every new session would
+//! go where the shared system prompt is already held until that instance's
+//! queue outweighed a copy, and the sessions, each staying where it starts,
+//! would leave the rest of the fleet idle (coding agents: one instance of four
+//! with no session at all over Messages, two over chat). The ring alone
+//! spreads starts only as evenly as chance (24 agent sessions over 4
+//! instances: a median 12 points off an even share); counting starts makes
+//! them 6 each, and each instance pays the shared prompt's prefill once. The
+//! count is shared with peer replicas like the rest of the load. A chat body
+//! names no session, so a chat conversation is known only from its first
+//! answer on: an early turn moves to its ring home, recomputing the turns
+//! already answered, when the instance it would otherwise go to is busier
+//! and the home holds its opening or nothing ([`session_home`]).
 //!
 //! The least [`Cost::total`] leads; among equal costs (a cold prefix on an
 //! idle fleet) the instance given the least work lately
@@ -132,13 +136,25 @@ fn session_home(
     let home = request.home?;
     let first = keyed.first().filter(|c| !c.full)?;
     let at = match home {
-        // The walk the candidates were ranked by.
-        Home::Hinted => keyed
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| !c.full)
-            .min_by_key(|(_, c)| c.ring)
-            .map(|(at, _)| at),
+        // A session's first turn: of the instances within one prompt of the
+        // cheapest, the one where the fewest conversations started lately
+        // (ties by the work given lately, then the key's ring walk). The
+        // session stays where it starts, so what decides its instance's load
+        // from here is how many sessions live there, not the queue of this
+        // instant.
+        Home::Keyed if loads.iter().any(|l| l.matched_blocks > 0) => None,
+        Home::Hinted | Home::Keyed => {
+            let bound = first.total.saturating_add(request.prompt_tokens);
+            keyed
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| !c.full && c.own <= bound)
+                .min_by_key(|(_, c)| {
+                    let sessions = loads.get(c.instance).map_or(0, |l| l.recent_sessions);
+                    (sessions, c.work, c.ring)
+                })
+                .map(|(at, _)| at)
+        }
         // A conversation's own key walks its own ring, as far as its first
         // instance under the caps (most often its first).
         Home::Named(key) => {
@@ -156,7 +172,7 @@ fn session_home(
     let c = keyed.get(at)?;
     let busier = |c: &Candidate| loads.get(c.instance).map_or(0, |l| l.in_flight);
     let leads = match home {
-        Home::Hinted => true,
+        Home::Hinted | Home::Keyed => true,
         Home::Named(_) => busier(first) > busier(c) && c.opens,
     };
     (at > 0 && leads && c.own <= first.total.saturating_add(request.prompt_tokens)).then_some(at)
@@ -439,6 +455,41 @@ mod tests {
         loads[walk[1]].queued_prefill = 4_000;
         loads[walk[2]].queued_prefill = 4_000;
         assert_eq!(p.plan(&start, &loads).order[0], holder);
+    }
+
+    #[test]
+    fn a_session_starts_where_the_fewest_conversations_started_lately() {
+        let p = capped(4);
+        let walk: Vec<usize> = p.ring.walk(42).collect();
+        let mut loads = [0, 0, 0, 0].map(Load::with_in_flight);
+        for (n, &i) in walk.iter().enumerate() {
+            loads[i].recent_sessions = [3, 2, 1, 2][n];
+        }
+        let start = |home| Request {
+            home: Some(home),
+            ..req(3_200)
+        };
+        for home in [Home::Hinted, Home::Keyed] {
+            let plan = p.plan(&start(home), &loads);
+            assert_eq!((plan.order[0], plan.reason), (walk[2], Reason::Affinity));
+        }
+        // Equal counts: the one given the least work lately, then the walk.
+        loads[walk[2]].recent_sessions = 2;
+        loads[walk[1]].recent_work = 900;
+        assert_eq!(p.plan(&start(Home::Hinted), &loads).order[0], walk[2]);
+        loads[walk[2]].recent_work = 900;
+        loads[walk[3]].recent_work = 900;
+        assert_eq!(p.plan(&start(Home::Hinted), &loads).order[0], walk[1]);
+        // Not one whose queue costs more than the whole prompt over the
+        // cheapest's.
+        loads[walk[1]].queued_prefill = 4_000;
+        assert_eq!(p.plan(&start(Home::Hinted), &loads).order[0], walk[2]);
+        // A keyed first turn whose partition is held somewhere goes by cost.
+        loads[walk[0]].matched_blocks = 20;
+        let plan = p.plan(&start(Home::Keyed), &loads);
+        assert_eq!((plan.order[0], plan.reason), (walk[0], Reason::CacheHit));
+        let plan = p.plan(&start(Home::Hinted), &loads);
+        assert_eq!((plan.order[0], plan.reason), (walk[2], Reason::Affinity));
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub struct Instance {
     drain: Drain,
     /// Prefill work sent here lately, decaying (a cost tie-break).
     recent_work: super::recent_work::RecentWork,
+    /// Conversations started here lately, decaying (where a session's first
+    /// turn starts).
+    recent_sessions: super::recent_work::RecentWork,
     /// Its prefill rate as first bytes show it.
     prefill_rate: super::prefill_rate::PrefillRate,
     /// What the other gateway replicas have dispatched here (`fleet::peers`).
@@ -189,6 +192,9 @@ impl Instance {
             queued_uncached: AtomicU64::new(0),
             drain: Drain::default(),
             recent_work: Default::default(),
+            recent_sessions: super::recent_work::RecentWork::with_half_life(
+                super::recent_work::SESSION_HALF_LIFE_MS,
+            ),
             prefill_rate: Default::default(),
             pace: Default::default(),
             index: BlockIndex::default(),
@@ -371,6 +377,7 @@ impl Instance {
             queued_prefill: fleet.queued_prefill,
             waiting: usize::try_from(fleet.queued_requests).unwrap_or(usize::MAX),
             recent_work: fleet.recent_work,
+            recent_sessions: fleet.recent_sessions,
             overhead_tokens: self.pace.overhead_tokens(),
             ..Load::default()
         }
@@ -387,7 +394,13 @@ impl Instance {
             queued_prefill: self.queued_prefill_at(now),
             queued_requests: self.queued_requests.load(Ordering::Relaxed),
             recent_work: self.recent_work.get(now),
+            recent_sessions: self.recent_sessions.get(now),
         }
+    }
+
+    /// Count a conversation's first turn sent here.
+    pub fn session_started(&self) {
+        self.recent_sessions.add(1, now_ms());
     }
 
     pub fn is_healthy(&self) -> bool {

@@ -1,6 +1,7 @@
 //! What the other replicas have dispatched to one instance, as of their last
-//! shared reading: in flight, prefill still queued (tokens and requests), recent work. Written by
-//! the sync task, read on every routing decision (relaxed atomics, no lock).
+//! shared reading: in flight, prefill still queued (tokens and requests),
+//! recent work and conversations started. Written by the sync task, read on
+//! every routing decision (relaxed atomics, no lock).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -11,6 +12,7 @@ pub struct PeerLoad {
     queued_prefill: AtomicU64,
     queued_requests: AtomicU64,
     recent_work: AtomicU64,
+    recent_sessions: AtomicU64,
 }
 
 /// One replica's (or the sum of several replicas') figures for an instance.
@@ -22,6 +24,9 @@ pub struct Figures {
     #[serde(default)]
     pub queued_requests: u64,
     pub recent_work: u64,
+    /// Conversations started lately; absent from an older replica's figures.
+    #[serde(default)]
+    pub recent_sessions: u64,
 }
 
 impl Figures {
@@ -30,6 +35,7 @@ impl Figures {
         self.queued_prefill = self.queued_prefill.saturating_add(other.queued_prefill);
         self.queued_requests = self.queued_requests.saturating_add(other.queued_requests);
         self.recent_work = self.recent_work.saturating_add(other.recent_work);
+        self.recent_sessions = self.recent_sessions.saturating_add(other.recent_sessions);
     }
 }
 
@@ -39,6 +45,7 @@ impl PeerLoad {
         self.queued_prefill.store(f.queued_prefill, Relaxed);
         self.queued_requests.store(f.queued_requests, Relaxed);
         self.recent_work.store(f.recent_work, Relaxed);
+        self.recent_sessions.store(f.recent_sessions, Relaxed);
     }
 
     pub fn get(&self) -> Figures {
@@ -47,6 +54,7 @@ impl PeerLoad {
             queued_prefill: self.queued_prefill.load(Relaxed),
             queued_requests: self.queued_requests.load(Relaxed),
             recent_work: self.recent_work.load(Relaxed),
+            recent_sessions: self.recent_sessions.load(Relaxed),
         }
     }
 }
