@@ -14,7 +14,7 @@ pub mod instance;
 pub mod peers;
 mod prefill_rate;
 pub mod queue;
-mod recent_work;
+pub mod recent_work;
 pub mod reload;
 mod state;
 pub mod tasks;

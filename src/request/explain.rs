@@ -106,7 +106,7 @@ pub fn explain(
     if let Some(session) = &analysis.session {
         notes.push(format!("session hint {session:?} (metadata.user_id): the key is the session's, not the window's, so its turns stay together while the prompt grows"));
     } else if input.home == Some(kvgate_routing::Home::Keyed) {
-        notes.push("the first turn under this prompt_cache_key: if nothing under it is held yet, it starts on the instance given the fewest requests lately of those within one prompt of the cheapest, and its later turns follow what it left there".to_owned());
+        notes.push("a session's first turn under this partition (prompt_cache_key, or the prefix-aware-id header): if nothing under it is held yet, it starts on the instance where the fewest sessions started lately (recent_sessions) of those within one prompt of the cheapest, and its later turns follow what it left there".to_owned());
     } else if input.home.is_some() {
         notes.push("a conversation in its early turns (its history shorter than its opening), named by its opening and first question: it moves to that name's instance on the ring when the instance it would otherwise go to is busier and that one holds its opening or nothing, so conversations that share an opening spread; set prompt_cache_key to name it".to_owned());
     } else if input.partition.is_empty() {
@@ -241,7 +241,8 @@ fn instances_view(
                 // What its prefill would add to the waits of those waiting there.
                 v["delayed_tokens"] = json!(c.delayed_tokens);
                 v["recent_work_tokens"] = json!(l.recent_work);
-                v["recent_sessions"] = json!(l.recent_sessions);
+                v["recent_sessions"] =
+                    json!(l.recent_sessions as f64 / kvgate_routing::SESSION_UNIT as f64);
                 v["pace"] = pace(i);
                 v["cost"] = json!(c.total);
                 v["index_blocks"] = json!(i.index.len());

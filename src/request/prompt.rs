@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::RouteInput;
 use crate::error::ApiError;
-use crate::route::Route;
+use crate::route::{Placement, Route};
 use crate::tenancy::settings::Secret;
 
 /// Key `input` by its prompt (read from `value`), for `tenant`; the window
@@ -97,20 +97,24 @@ pub fn key(
         Some(s) => kvgate_prefix::routing_key(tenant, &format!("{partition}\u{1}{s}"), b""),
         None => kvgate_prefix::routing_key(tenant, partition, &window),
     };
-    input.starts_session = matches!(api, Api::Chat | Api::Messages)
+    // A session's first turn, hinted or under its own `prompt_cache_key`
+    // (a partition), starts where the fewest sessions started lately: a
+    // question (not a prefilled answer) in a conversation with no history
+    // yet, placed by the strategy (not pinned to a response it names).
+    let first_turn = matches!(api, Api::Chat | Api::Messages)
         && route.uses_strategy()
         && routing.strategy.uses_index()
+        && input.placement == Placement::Policy
         && history_from.is_none()
         && asks(&prompt);
-    // A session's first turn, hinted or under its own `prompt_cache_key`
-    // (a partition), starts where the fleet is least loaded lately.
     input.home = match session {
-        Some(_) => history_from.is_none().then_some(Home::Hinted),
-        None if !partition.is_empty() && routing.strategy.uses_index() => {
-            history_from.is_none().then_some(Home::Keyed)
-        }
+        Some(_) => first_turn.then_some(Home::Hinted),
+        None if !partition.is_empty() => first_turn.then_some(Home::Keyed),
         None => named,
     };
+    // Counted where it is served (`upstream::forward`), so that the next
+    // session's first turn sees it.
+    input.starts_session = first_turn && input.home.is_some();
     Ok(window)
 }
 

@@ -41,9 +41,6 @@ impl<'a> Dispatch<'a> {
         let own = charge.saturating_sub(kvgate_routing::cost::overhead(load));
         let ahead = instance.queued_ahead(own);
         let mut guard = instance.claim(charge);
-        if input.starts_session {
-            instance.session_started();
-        }
         if !input.stream {
             // Its first byte will be its last: time the charge out instead.
             guard.release_at_drain(load.queued_prefill);

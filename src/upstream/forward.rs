@@ -122,6 +122,11 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             continue;
         }
         instance.series.response_headers(took);
+        if f.input.starts_session && !no_work && !status.is_client_error() {
+            // Where a session lives: counted on the instance that serves its
+            // first turn, not on one that failed it.
+            instance.session_started();
+        }
         share_placement(f.runtime, &f.input, instance, &dispatch, status);
         let outcome = Outcome::new(instance, reason, attempt);
         let from_events = seen.get(idx).is_some_and(|s| s.from_events);

@@ -136,7 +136,11 @@ pub struct Request {
     pub home: Option<Home>,
 }
 
-/// The ring walk a session starts from ([`Request::home`]).
+/// One session started, in [`Load::recent_sessions`]: a fixed-point unit,
+/// so that halving a decaying count keeps 3 sessions apart from 2.
+pub const SESSION_UNIT: u64 = 1024;
+
+/// How a session's start is placed ([`Request::home`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Home {
     /// A session hint's first turn (Anthropic's `metadata.user_id`): the
@@ -144,8 +148,9 @@ pub enum Home {
     /// fewest conversations started lately ([`Load::recent_sessions`]) of
     /// those within one prompt of the cheapest.
     Hinted,
-    /// A first turn under a `prompt_cache_key` (a partition): as
-    /// [`Home::Hinted`] when nothing in its partition is held anywhere yet.
+    /// A chat or Messages first turn under a partition (a `prompt_cache_key`,
+    /// or SageMaker's prefix-aware-id header): as [`Home::Hinted`] when
+    /// nothing in its partition is held anywhere yet.
     Keyed,
     /// A conversation nothing else names, on its early turns: this key,
     /// taken from its opening and first question. It leads only while the
@@ -188,10 +193,11 @@ pub struct Load {
     /// Prompt tokens sent to it lately (decaying), so that among instances
     /// equal in cost the one given least work leads and none sits idle.
     pub recent_work: u64,
-    /// Conversations (chat and Messages first turns) started there lately
-    /// (decaying over a minute): a session's first turn starts where the
-    /// fewest live ([`Home`]), so sessions, which stay where they start,
-    /// spread by count and not by the queue of one instant.
+    /// Sessions (first turns with a [`Home::Hinted`] or [`Home::Keyed`]
+    /// home) started there lately, in [`SESSION_UNIT`]s, decaying over a
+    /// minute: a session's first turn starts where the fewest live, so
+    /// sessions, which stay where they start, spread by count and not by the
+    /// queue of one instant.
     pub recent_sessions: u64,
     /// Prefill tokens one request costs the instance, as its answers showed
     /// ([`pace::Pace`]); 0: not known, [`cost::REQUEST_OVERHEAD`].

@@ -111,8 +111,10 @@ impl LongestPrefix {
 }
 
 /// Where in `keyed` (sorted by cost) a session's home instance stands, when
-/// it should lead: the first of its home's ring walk under the caps, whose
-/// own cost is at most the whole prompt more than the cheapest's total. What
+/// it should lead: for a hinted or keyed first turn, the instance where the
+/// fewest sessions started lately; for a named conversation, the first of its
+/// name's ring walk under the caps; either way one whose own cost is at most
+/// the whole prompt more than the cheapest's total. What
 /// a copy duplicates for the fleet is not counted against it: a session's
 /// start is where the shared prompt gets its next holder, once. A named
 /// conversation's home leads only while the instance it would otherwise go

@@ -398,9 +398,10 @@ impl Instance {
         }
     }
 
-    /// Count a conversation's first turn sent here.
+    /// Count a session's first turn served here.
     pub fn session_started(&self) {
-        self.recent_sessions.add(1, now_ms());
+        self.recent_sessions
+            .add(kvgate_routing::SESSION_UNIT, now_ms());
     }
 
     pub fn is_healthy(&self) -> bool {
