@@ -194,16 +194,18 @@ fn against_chat(s: &mut String, results: &[WorkloadResult]) {
          first turn on its own instance until that instance's bounded load sends it on \
          (at this load a few requests an instance, which moves almost every session at \
          some turn: *sessions kept*); `longest_prefix` and `kv_aware` start each session \
-         on its key's ring instance. Keyed chat's `prompt_cache_key` is a partition: it \
+         on the instance where the fewest sessions started lately (of those within its \
+         prompt of the cheapest). Keyed chat's `prompt_cache_key` is a partition: it \
          keys `prefix_aware` by session too, and `longest_prefix` and `kv_aware` match a \
-         prompt only against what its own session sent, so a session's first turn is \
-         cold to the gateway and goes to the cheapest instance, the least worked lately \
-         among equals. Over plain chat every session has the one key of the shared \
+         prompt only against what its own session sent, and start its first turn as \
+         Messages' by count. Over plain chat every session has the one key of the shared \
          system-and-tools prefix, so `prefix_aware` piles them onto one instance until \
          its bounded load sends them on (*moved*), away from their histories; and nothing \
          tells one session from another before its first answer, so `longest_prefix` and \
-         `kv_aware` start each where the shared prefix is already held and cheapest, \
-         which at this load leaves instances idle (*shares*). On every shape, the balance \
+         `kv_aware` start each where the shared prefix is already held and cheapest, and \
+         move it on an early turn to the ring instance its opening and first question \
+         name when the instance it would otherwise go to is busier, \
+         which leaves no instance idle (*shares*). On every shape, the balance \
          cap does not bind a session's turn on the instance holding its history past the \
          shared prefix: it moves when that instance's queue outweighs recomputing the \
          history.\n"
