@@ -30,6 +30,8 @@ pub struct Endpoint {
     pub held: Arc<FleetHeld>,
     /// Its hottest prefixes, for warming instances that join (kept across reloads).
     pub hot: Arc<crate::fleet::warmup::HotPrefixes>,
+    /// Where each hinted session was last served (kept across reloads).
+    pub sessions: Arc<crate::fleet::session_homes::SessionHomes>,
     /// Where its requests wait while every instance is saturated (kept across reloads).
     pub queue: Arc<crate::fleet::queue::FairQueue>,
     /// Its request counters and durations.
@@ -140,6 +142,7 @@ impl Endpoint {
             }
         }
         let hot = old.map_or_else(Arc::default, |o| Arc::clone(&o.hot));
+        let sessions = old.map_or_else(Arc::default, |o| Arc::clone(&o.sessions));
         let queue = old.map_or_else(
             || crate::fleet::queue::FairQueue::new(&ec.name),
             |o| Arc::clone(&o.queue),
@@ -166,6 +169,7 @@ impl Endpoint {
             shared_tier,
             held,
             hot,
+            sessions,
             queue,
             density,
             index_block_tokens: AtomicU64::new(block_tokens),

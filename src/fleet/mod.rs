@@ -16,6 +16,7 @@ mod prefill_rate;
 pub mod queue;
 pub mod recent_work;
 pub mod reload;
+pub mod session_homes;
 mod state;
 pub mod tasks;
 pub mod warmup;

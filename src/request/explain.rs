@@ -243,6 +243,7 @@ fn instances_view(
                 v["recent_work_tokens"] = json!(l.recent_work);
                 v["recent_sessions"] =
                     json!(l.recent_sessions as f64 / kvgate_routing::SESSION_UNIT as f64);
+                v["hosts_session"] = json!(l.hosts_session);
                 v["pace"] = pace(i);
                 v["cost"] = json!(c.total);
                 v["index_blocks"] = json!(i.index.len());

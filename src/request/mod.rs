@@ -56,13 +56,15 @@ pub struct RouteInput {
     /// Estimated tokens of a conversation's opening, when the prompt goes on
     /// with its own history ([`kvgate_routing::Request::opening_tokens`]).
     pub opening_tokens: Option<u64>,
-    /// The key whose ring a session starts from
-    /// ([`kvgate_routing::Request::home`]).
+    /// How a session's start is placed ([`kvgate_routing::Request::home`]).
     pub home: Option<kvgate_routing::Home>,
-    /// A chat or Messages conversation's first turn (cache-aware
-    /// strategies): counted where it goes, as a session started there
-    /// ([`kvgate_routing::Load::recent_sessions`]).
+    /// A session's first turn (hinted or keyed, cache-aware strategies):
+    /// counted where it is served, as a session started there, unless the
+    /// session lives there already ([`kvgate_routing::Load::recent_sessions`]).
     pub starts_session: bool,
+    /// A session hint keys the request (`key` is the session's): where it is
+    /// served is remembered as the session's home (`fleet::session_homes`).
+    pub hinted: bool,
     /// The bytes to forward: the client's, untouched, except that the
     /// admission layer may set the upstream `cache_salt` (see `tenancy::salt`).
     pub body: Bytes,
@@ -97,6 +99,7 @@ impl RouteInput {
             opening_tokens: None,
             home: None,
             starts_session: false,
+            hinted: false,
             body: Bytes::new(),
             has_cache_salt: false,
             is_object: false,
@@ -108,7 +111,21 @@ impl RouteInput {
     /// request: loads with matched blocks, and where those came from.
     pub fn view(&self) -> (Vec<kvgate_routing::Load>, Vec<crate::fleet::Seen>) {
         let kv = self.kv.as_ref().map(|p| &p.keys[..]);
-        self.endpoint.view(&self.chain, kv)
+        let (mut loads, seen) = self.endpoint.view(&self.chain, kv);
+        if self.hinted && self.home == Some(kvgate_routing::Home::Hinted) {
+            let now = crate::fleet::instance::now_ms();
+            if let Some(home) = self.endpoint.sessions.get(self.key, now) {
+                let at = self
+                    .endpoint
+                    .instances
+                    .iter()
+                    .position(|i| Arc::ptr_eq(i, &home));
+                if let Some(l) = at.and_then(|at| loads.get_mut(at)) {
+                    l.hosts_session = true;
+                }
+            }
+        }
+        (loads, seen)
     }
 
     /// What a routing policy is told of this request.

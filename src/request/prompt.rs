@@ -115,6 +115,7 @@ pub fn key(
     // Counted where it is served (`upstream::forward`), so that the next
     // session's first turn sees it.
     input.starts_session = first_turn && input.home.is_some();
+    input.hinted = session.is_some() && route.uses_strategy() && routing.strategy.uses_index();
     Ok(window)
 }
 

@@ -122,10 +122,16 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
             continue;
         }
         instance.series.response_headers(took);
-        if f.input.starts_session && !no_work && !status.is_client_error() {
+        if !no_work && !status.is_client_error() {
             // Where a session lives: counted on the instance that serves its
-            // first turn, not on one that failed it.
-            instance.session_started();
+            // first turn (not on one that failed it), once.
+            if f.input.starts_session && !load.hosts_session {
+                instance.session_started();
+            }
+            if f.input.hinted {
+                ep.sessions
+                    .set(f.input.key, instance, crate::fleet::instance::now_ms());
+            }
         }
         share_placement(f.runtime, &f.input, instance, &dispatch, status);
         let outcome = Outcome::new(instance, reason, attempt);

@@ -455,3 +455,41 @@ async fn a_session_failed_over_is_counted_only_where_it_was_served() {
     // The failing instance was tried: it is the emptiest by count.
     assert!(!ups[0].seen().is_empty());
 }
+
+/// A hinted session's later first turn (a new task, a sub-agent: no history,
+/// the same `metadata.user_id`) returns to the instance the session lives on,
+/// though others had fewer sessions start, and is not counted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_later_first_turn_returns_where_it_lives() {
+    let system = text(1, 1500);
+    let ups = upstreams(4, Mode::Raw(200, "application/json", ANSWER)).await;
+    let gw = Gateway::start(&yaml("agents", &ids(&ups), &[], "")).await;
+    let period = || kvgate::fleet::instance::now_ms() / SESSION_HALF_LIFE_MS;
+    let since = period();
+    let send = async |session: &str, question: &str| {
+        let b = body(&system, session, &[], question);
+        let v = explain(&gw, &b).await;
+        let r = post(&gw, &b).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        (served_by(&r), v)
+    };
+    let (home, v) = send("session-a", &first(0)).await;
+    assert!(
+        ups.iter()
+            .all(|u| at(&v, &u.state.name)["hosts_session"] == false),
+        "{v}"
+    );
+    let (other, _) = send("session-b", &first(1)).await;
+    assert_ne!(other, home, "a new session starts where none did");
+    let (again, v) = send("session-a", &first(2)).await;
+    assert_eq!(again, home, "{v}");
+    assert_eq!(at(&v, &home)["hosts_session"], true, "{v}");
+    let v = explain(&gw, &body(&system, "session-c", &[], &first(3))).await;
+    let sessions: f64 = ups
+        .iter()
+        .map(|u| at(&v, &u.state.name)["recent_sessions"].as_f64().unwrap())
+        .sum();
+    if period() == since {
+        assert_eq!(sessions, 2.0, "session-a counted once: {v}");
+    }
+}

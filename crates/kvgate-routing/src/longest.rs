@@ -30,7 +30,9 @@
 //! keyed first turn goes, among the instances whose cost is within its whole
 //! prompt of the cheapest, to the one where the fewest sessions started
 //! lately ([`Load::recent_sessions`], a minute's half-life; ties by the work
-//! given lately, then the ring walk). By cost alone every new session would
+//! given lately, then the ring walk), or, for a later first turn of a hinted
+//! session (a new task, a sub-agent), back to the instance that last served
+//! it ([`Load::hosts_session`]). By cost alone every new session would
 //! go where the shared system prompt is already held until that instance's
 //! queue outweighed a copy, and the sessions, each staying where it starts,
 //! would leave the rest of the fleet idle (coding agents: one instance of four
@@ -139,11 +141,12 @@ fn session_home(
     let first = keyed.first().filter(|c| !c.full)?;
     let at = match home {
         // A session's first turn: of the instances within one prompt of the
-        // cheapest, the one where the fewest conversations started lately
-        // (ties by the work given lately, then the key's ring walk). The
-        // session stays where it starts, so what decides its instance's load
-        // from here is how many sessions live there, not the queue of this
-        // instant.
+        // cheapest, the one the session already lives on (a later first
+        // turn of a hinted session: a sub-agent, a new task), else the one
+        // where the fewest sessions started lately (ties by the work given
+        // lately, then the key's ring walk). The session stays where it
+        // starts, so what decides its instance's load from here is how many
+        // sessions live there, not the queue of this instant.
         Home::Keyed if loads.iter().any(|l| l.matched_blocks > 0) => None,
         Home::Hinted | Home::Keyed => {
             let bound = first.total.saturating_add(request.prompt_tokens);
@@ -152,8 +155,8 @@ fn session_home(
                 .enumerate()
                 .filter(|(_, c)| !c.full && c.own <= bound)
                 .min_by_key(|(_, c)| {
-                    let sessions = loads.get(c.instance).map_or(0, |l| l.recent_sessions);
-                    (sessions, c.work, c.ring)
+                    let l = loads.get(c.instance).copied().unwrap_or_default();
+                    (!l.hosts_session, l.recent_sessions, c.work, c.ring)
                 })
                 .map(|(at, _)| at)
         }
@@ -492,6 +495,15 @@ mod tests {
         assert_eq!((plan.order[0], plan.reason), (walk[0], Reason::CacheHit));
         let plan = p.plan(&start(Home::Hinted), &loads);
         assert_eq!((plan.order[0], plan.reason), (walk[2], Reason::Affinity));
+        // A hinted session's later first turn (a sub-agent, a new task)
+        // returns where the session lives, though more started there...
+        loads[walk[3]].hosts_session = true;
+        loads[walk[3]].recent_sessions = 5;
+        let plan = p.plan(&start(Home::Hinted), &loads);
+        assert_eq!((plan.order[0], plan.reason), (walk[3], Reason::Affinity));
+        // ...unless its queue there outweighs the whole prompt.
+        loads[walk[3]].queued_prefill = 8_000;
+        assert_eq!(p.plan(&start(Home::Hinted), &loads).order[0], walk[2]);
     }
 
     #[test]
