@@ -112,7 +112,7 @@ impl RouteInput {
     pub fn view(&self) -> (Vec<kvgate_routing::Load>, Vec<crate::fleet::Seen>) {
         let kv = self.kv.as_ref().map(|p| &p.keys[..]);
         let (mut loads, seen) = self.endpoint.view(&self.chain, kv);
-        if self.hinted && self.home == Some(kvgate_routing::Home::Hinted) {
+        if self.hinted {
             let now = crate::fleet::instance::now_ms();
             if let Some(home) = self.endpoint.sessions.get(self.key, now) {
                 let at = self

@@ -124,8 +124,13 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         instance.series.response_headers(took);
         if !no_work && !status.is_client_error() {
             // Where a session lives: counted on the instance that serves its
-            // first turn (not on one that failed it), once.
-            if f.input.starts_session && !load.hosts_session {
+            // first turn (not on one that failed it), once, and again where a
+            // hinted session moves (the cost model or a failover took a turn
+            // off the instance that served it last), so that new sessions
+            // start away from where moved ones went.
+            let moved =
+                f.input.hinted && !load.hosts_session && loads.iter().any(|l| l.hosts_session);
+            if (f.input.starts_session && !load.hosts_session) || moved {
                 instance.session_started();
             }
             if f.input.hinted {

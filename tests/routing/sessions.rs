@@ -493,3 +493,45 @@ async fn a_sessions_later_first_turn_returns_where_it_lives() {
         assert_eq!(sessions, 2.0, "session-a counted once: {v}");
     }
 }
+
+/// A hinted session whose turn is taken off the instance that served it (here
+/// by a failover) now lives where it was served: it is counted there, so the
+/// next new session starts elsewhere, and its next first turn returns there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_moves_is_counted_where_it_went() {
+    let system = text(1, 1500);
+    let ups = upstreams(3, Mode::Raw(200, "application/json", ANSWER)).await;
+    let gw = Gateway::start(&yaml("agents", &ids(&ups), &[], "")).await;
+    let period = || kvgate::fleet::instance::now_ms() / SESSION_HALF_LIFE_MS;
+    let since = period();
+    let send = async |b: &Value| {
+        let v = explain(&gw, b).await;
+        let r = post(&gw, b).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        (served_by(&r), v)
+    };
+    let (home, _) = send(&body(&system, "session-a", &[], &first(0))).await;
+    let h = ups.iter().position(|u| u.state.name == home).unwrap();
+    ups[h].set_mode(Mode::Raw(503, "application/json", r#"{"error":"busy"}"#));
+    let turns = [(first(0), "ok".to_owned())];
+    let (moved, _) = send(&body(&system, "session-a", &turns, &next(turns.first(), 1))).await;
+    assert_ne!(moved, home);
+    ups[h].set_mode(Mode::Raw(200, "application/json", ANSWER));
+    let (again, v) = send(&body(&system, "session-a", &[], &first(2))).await;
+    assert_eq!(again, moved, "its next first turn follows it: {v}");
+    assert_eq!(at(&v, &moved)["hosts_session"], true, "{v}");
+    if period() == since {
+        for u in &ups {
+            let n = at(&v, &u.state.name)["recent_sessions"].as_f64().unwrap();
+            let want = if u.state.name == home || u.state.name == moved {
+                1.0
+            } else {
+                0.0
+            };
+            assert_eq!(n, want, "counted where it started and where it went: {v}");
+        }
+    }
+    // A new session starts on the instance no session lives on.
+    let (other, v) = send(&body(&system, "session-b", &[], &first(3))).await;
+    assert!(other != home && other != moved, "{v}");
+}

@@ -199,8 +199,9 @@ pub struct Load {
     /// sessions, which stay where they start, spread by count and not by the
     /// queue of one instant.
     pub recent_sessions: u64,
-    /// The request's hinted session was last served here: a later first
-    /// turn of it (a sub-agent, a new task) returns here ([`Home::Hinted`]).
+    /// The request's hinted session was last served here (by this gateway):
+    /// a later first turn of it (a sub-agent, a new task) returns here
+    /// ([`Home::Hinted`]).
     pub hosts_session: bool,
     /// Prefill tokens one request costs the instance, as its answers showed
     /// ([`pace::Pace`]); 0: not known, [`cost::REQUEST_OVERHEAD`].
