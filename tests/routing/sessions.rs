@@ -349,6 +349,14 @@ async fn chat_conversations_over_one_opening_spread_from_their_second_turn() {
     }
 }
 
+/// Explain `b`, then send it: the instance that served it, and the explain.
+async fn served(gw: &Gateway, b: &Value) -> (String, Value) {
+    let v = explain(gw, b).await;
+    let r = post(gw, b).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    (served_by(&r), v)
+}
+
 /// Session `s`'s first question.
 fn first(s: usize) -> String {
     text(200 + s as u64, 300)
@@ -409,11 +417,11 @@ async fn sessions_start_evenly_by_count_over_messages_and_keyed_chat() {
     let gw = Gateway::start(&yaml("agents", &ids(&ups), &[], "")).await;
     eight_sessions_start_two_an_instance(&ups, async |past, s| {
         let turns: Vec<(String, String)> = past.into_iter().cloned().collect();
-        let b = body(&system, &format!("session-{s}"), &turns, &next(past, s));
-        let v = explain(&gw, &b).await;
-        let r = post(&gw, &b).send().await.unwrap();
-        assert_eq!(r.status(), 200);
-        (served_by(&r), v)
+        served(
+            &gw,
+            &body(&system, &format!("session-{s}"), &turns, &next(past, s)),
+        )
+        .await
     })
     .await;
     // Chat, each conversation under its own `prompt_cache_key`.
@@ -467,11 +475,7 @@ async fn a_sessions_later_first_turn_returns_where_it_lives() {
     let period = || kvgate::fleet::instance::now_ms() / SESSION_HALF_LIFE_MS;
     let since = period();
     let send = async |session: &str, question: &str| {
-        let b = body(&system, session, &[], question);
-        let v = explain(&gw, &b).await;
-        let r = post(&gw, &b).send().await.unwrap();
-        assert_eq!(r.status(), 200);
-        (served_by(&r), v)
+        served(&gw, &body(&system, session, &[], question)).await
     };
     let (home, v) = send("session-a", &first(0)).await;
     assert!(
@@ -504,12 +508,7 @@ async fn a_session_that_moves_is_counted_where_it_went() {
     let gw = Gateway::start(&yaml("agents", &ids(&ups), &[], "")).await;
     let period = || kvgate::fleet::instance::now_ms() / SESSION_HALF_LIFE_MS;
     let since = period();
-    let send = async |b: &Value| {
-        let v = explain(&gw, b).await;
-        let r = post(&gw, b).send().await.unwrap();
-        assert_eq!(r.status(), 200);
-        (served_by(&r), v)
-    };
+    let send = async |b: &Value| served(&gw, b).await;
     let (home, _) = send(&body(&system, "session-a", &[], &first(0))).await;
     let h = ups.iter().position(|u| u.state.name == home).unwrap();
     ups[h].set_mode(Mode::Raw(503, "application/json", r#"{"error":"busy"}"#));
