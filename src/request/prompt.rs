@@ -100,15 +100,16 @@ pub fn key(
     // A session's first turn, hinted or under its own `prompt_cache_key`
     // (a partition), starts where the fewest sessions started lately: a
     // question (not a prefilled answer) in a conversation with no history
-    // yet, placed by the strategy (not pinned to a response it names).
-    let first_turn = matches!(api, Api::Chat | Api::Messages)
+    // yet, placed by the strategy (not pinned to a response it names). A
+    // hinted session's later turn that the cost model moves does the same.
+    let placed = matches!(api, Api::Chat | Api::Messages)
         && route.uses_strategy()
         && routing.strategy.uses_index()
-        && input.placement == Placement::Policy
-        && history_from.is_none()
-        && asks(&prompt);
+        && input.placement == Placement::Policy;
+    let first_turn = placed && history_from.is_none() && asks(&prompt);
     input.home = match session {
-        Some(_) => first_turn.then_some(Home::Hinted),
+        Some(_) if first_turn => Some(Home::Hinted),
+        Some(_) => (placed && history_from.is_some()).then_some(Home::Lives),
         None if !partition.is_empty() => first_turn.then_some(Home::Keyed),
         None => named,
     };

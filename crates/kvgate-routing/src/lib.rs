@@ -152,6 +152,12 @@ pub enum Home {
     /// or SageMaker's prefix-aware-id header): as [`Home::Hinted`] when
     /// nothing in its partition is held anywhere yet.
     Keyed,
+    /// A hinted session's later turn: by cost, as any conversation, but when
+    /// the cost model takes it off the instance that last served it
+    /// ([`Load::hosts_session`]), it moves, of the instances cheaper than
+    /// staying, to the one where the fewest sessions started lately, not to
+    /// the one cheapest this instant.
+    Lives,
     /// A conversation nothing else names, on its early turns: this key,
     /// taken from its opening and first question. It leads only while the
     /// instance that would otherwise answer is busier.

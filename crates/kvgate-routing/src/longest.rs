@@ -160,6 +160,32 @@ fn session_home(
                 })
                 .map(|(at, _)| at)
         }
+        // A hinted session the cost model moves (its host no longer leads)
+        // starts afresh elsewhere: of the others cheaper than staying (any
+        // within its prompt of the cheapest if its host is unavailable),
+        // the one where the fewest sessions started lately.
+        Home::Lives => {
+            let hosts = |c: &Candidate| loads.get(c.instance).is_some_and(|l| l.hosts_session);
+            if !loads.iter().any(|l| l.hosts_session) || hosts(first) {
+                return None;
+            }
+            let bound = keyed.iter().find(|c| hosts(c)).map_or(
+                first
+                    .total
+                    .saturating_add(request.prompt_tokens)
+                    .saturating_add(1),
+                |h| h.total,
+            );
+            keyed
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| !c.full && c.total < bound && !hosts(c))
+                .min_by_key(|(_, c)| {
+                    let sessions = loads.get(c.instance).map_or(0, |l| l.recent_sessions);
+                    (sessions, c.work, c.ring)
+                })
+                .map(|(at, _)| at)
+        }
         // A conversation's own key walks its own ring, as far as its first
         // instance under the caps (most often its first).
         Home::Named(key) => {
@@ -177,7 +203,7 @@ fn session_home(
     let c = keyed.get(at)?;
     let busier = |c: &Candidate| loads.get(c.instance).map_or(0, |l| l.in_flight);
     let leads = match home {
-        Home::Hinted | Home::Keyed => true,
+        Home::Hinted | Home::Keyed | Home::Lives => true,
         Home::Named(_) => busier(first) > busier(c) && c.opens,
     };
     (at > 0 && leads && c.own <= first.total.saturating_add(request.prompt_tokens)).then_some(at)
@@ -504,6 +530,46 @@ mod tests {
         // ...unless its queue there outweighs the whole prompt.
         loads[walk[3]].queued_prefill = 8_000;
         assert_eq!(p.plan(&start(Home::Hinted), &loads).order[0], walk[2]);
+    }
+
+    #[test]
+    fn a_hinted_session_moved_by_cost_goes_where_the_fewest_sessions_started() {
+        let p = capped(4);
+        let walk: Vec<usize> = p.ring.walk(42).collect();
+        let mut loads = [0, 0, 0, 0].map(Load::with_in_flight);
+        for (n, &i) in walk.iter().enumerate() {
+            loads[i].matched_blocks = 10; // the shared prompt
+            loads[i].recent_sessions = [1, 3, 1, 2][n];
+            loads[i].recent_work = [0, 0, 500, 500][n];
+        }
+        // Its host holds its history, but a queue there outweighs it.
+        loads[walk[0]].hosts_session = true;
+        loads[walk[0]].matched_blocks = 14;
+        loads[walk[0]].queued_prefill = 20_000;
+        let turn = Request {
+            home: Some(Home::Lives),
+            opening_tokens: Some(600),
+            ..req(1_000)
+        };
+        // By cost alone, the least worked of the others; as a session moving,
+        // the one with the fewest sessions.
+        let plan = p.plan(&turn, &loads);
+        assert_eq!((plan.order[0], plan.reason), (walk[2], Reason::Affinity));
+        // Never to one that costs more than staying: cold, walk[2] would
+        // recompute the shared prompt too.
+        loads[walk[2]].matched_blocks = 0;
+        loads[walk[0]].queued_prefill = 500;
+        let plan = p.plan(&turn, &loads);
+        assert_eq!((plan.order[0], plan.reason), (walk[3], Reason::Affinity));
+        loads[walk[2]].matched_blocks = 10;
+        // Where its host still leads, it stays.
+        loads[walk[0]].queued_prefill = 0;
+        let plan = p.plan(&turn, &loads);
+        assert_eq!((plan.order[0], plan.reason), (walk[0], Reason::CacheHit));
+        // With no host known (another replica served it), by cost.
+        loads[walk[0]].queued_prefill = 20_000;
+        loads[walk[0]].hosts_session = false;
+        assert_eq!(p.plan(&turn, &loads).order[0], walk[1]);
     }
 
     #[test]
