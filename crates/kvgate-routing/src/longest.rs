@@ -32,7 +32,9 @@
 //! lately ([`Load::recent_sessions`], a minute's half-life; ties by the work
 //! given lately, then the ring walk), or, for a later first turn of a hinted
 //! session (a new task, a sub-agent), back to the instance that last served
-//! it ([`Load::hosts_session`]). By cost alone every new session would
+//! it ([`Load::hosts_session`]). A hinted session the cost model moves off
+//! that instance goes, of those cheaper than staying, where the fewest
+//! sessions started ([`Home::Lives`]). By cost alone every new session would
 //! go where the shared system prompt is already held until that instance's
 //! queue outweighed a copy, and the sessions, each staying where it starts,
 //! would leave the rest of the fleet idle (coding agents: one instance of four
