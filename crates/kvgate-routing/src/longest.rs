@@ -118,7 +118,9 @@ impl LongestPrefix {
 /// it should lead: for a hinted or keyed first turn, the instance where the
 /// fewest sessions started lately; for a named conversation, the first of its
 /// name's ring walk under the caps; either way one whose own cost is at most
-/// the whole prompt more than the cheapest's total. What
+/// the whole prompt more than the cheapest's total. (A hinted session the
+/// cost model moves, [`Home::Lives`], goes where the fewest sessions started
+/// of the instances cheaper than staying.) What
 /// a copy duplicates for the fleet is not counted against it: a session's
 /// start is where the shared prompt gets its next holder, once. A named
 /// conversation's home leads only while the instance it would otherwise go

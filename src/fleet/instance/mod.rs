@@ -53,8 +53,8 @@ pub struct Instance {
     drain: Drain,
     /// Prefill work sent here lately, decaying (a cost tie-break).
     recent_work: super::recent_work::RecentWork,
-    /// Conversations started here lately, decaying (where a session's first
-    /// turn starts).
+    /// Sessions started (or moved) here lately, decaying (where a session's
+    /// first turn starts).
     recent_sessions: super::recent_work::RecentWork,
     /// Its prefill rate as first bytes show it.
     prefill_rate: super::prefill_rate::PrefillRate,
@@ -398,7 +398,8 @@ impl Instance {
         }
     }
 
-    /// Count a session's first turn served here.
+    /// Count a session that starts here (its first turn served here) or
+    /// moves here.
     pub fn session_started(&self) {
         self.recent_sessions
             .add(kvgate_routing::SESSION_UNIT, now_ms());
