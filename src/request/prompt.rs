@@ -102,10 +102,9 @@ pub fn key(
     // question (not a prefilled answer) in a conversation with no history
     // yet, placed by the strategy (not pinned to a response it names). A
     // hinted session's later turn that the cost model moves does the same.
-    let placed = matches!(api, Api::Chat | Api::Messages)
-        && route.uses_strategy()
-        && routing.strategy.uses_index()
-        && input.placement == Placement::Policy;
+    let indexed = route.uses_strategy() && routing.strategy.uses_index();
+    let placed =
+        matches!(api, Api::Chat | Api::Messages) && indexed && input.placement == Placement::Policy;
     let first_turn = placed && history_from.is_none() && asks(&prompt);
     input.home = match session {
         Some(_) if first_turn => Some(Home::Hinted),
@@ -116,7 +115,7 @@ pub fn key(
     // Counted where it is served (`upstream::forward`), so that the next
     // session's first turn sees it.
     input.starts_session = first_turn && input.home.is_some();
-    input.hinted = session.is_some() && route.uses_strategy() && routing.strategy.uses_index();
+    input.hinted = session.is_some() && indexed;
     Ok(window)
 }
 

@@ -123,20 +123,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         }
         instance.series.response_headers(took);
         if !no_work && !status.is_client_error() {
-            // Where a session lives: counted on the instance that serves its
-            // first turn (not on one that failed it), once, and again where a
-            // hinted session moves (the cost model or a failover took a turn
-            // off the instance that served it last), so that new sessions
-            // start away from where moved ones went.
-            let moved =
-                f.input.hinted && !load.hosts_session && loads.iter().any(|l| l.hosts_session);
-            if (f.input.starts_session && !load.hosts_session) || moved {
-                instance.session_started();
-            }
-            if f.input.hinted {
-                ep.sessions
-                    .set(f.input.key, instance, crate::fleet::instance::now_ms());
-            }
+            note_session(&ep, &f.input, instance, &loads, idx);
         }
         share_placement(f.runtime, &f.input, instance, &dispatch, status);
         let outcome = Outcome::new(instance, reason, attempt);
@@ -193,6 +180,30 @@ fn record(
             matched,
             (*request, loads.to_vec()),
         ))
+}
+
+/// Where a session lives, once `instance` has served its turn: counted there
+/// as a session started on its first turn (not on an instance that failed
+/// it), once, and again where a hinted session moved (the cost model or a
+/// failover took a turn off the instance that served it last), so that new
+/// sessions start away from where moved ones went; a hinted session's home
+/// is remembered (`fleet::session_homes`).
+fn note_session(
+    ep: &Endpoint,
+    input: &RouteInput,
+    instance: &Arc<Instance>,
+    loads: &[Load],
+    at: usize,
+) {
+    let hosts = loads.get(at).is_some_and(|l| l.hosts_session);
+    let moved = input.hinted && !hosts && loads.iter().any(|l| l.hosts_session);
+    if (input.starts_session && !hosts) || moved {
+        instance.session_started();
+    }
+    if input.hinted {
+        ep.sessions
+            .set(input.key, instance, crate::fleet::instance::now_ms());
+    }
 }
 
 /// A placement `longest_prefix` remembers, told to the other replicas
