@@ -64,6 +64,14 @@ impl Engines {
         }
     }
 
+    /// Record the block the engine calls `h`, known not to be recorded (a
+    /// lookup just missed): one probe of the table instead of two.
+    pub fn insert_new(&mut self, h: EngineHash, tiers: u32, pos: Pos) {
+        let id = engine_id(h);
+        let slot = [id as u32, ((id >> 32) as u32) | (tiers << 30), pos];
+        self.table.insert_unique(mix(id), slot, |s| mix(id_of(s)));
+    }
+
     pub fn remove(&mut self, h: EngineHash) {
         let id = engine_id(h);
         if let Ok(e) = self.table.find_entry(mix(id), |s| id_of(s) == id) {

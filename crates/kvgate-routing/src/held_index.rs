@@ -230,7 +230,9 @@ impl HeldIndex {
             match (known, same) {
                 (_, Some((tiers, pos))) => {
                     self.fleet.update(pos, slot, |r| (r | t) & !EXPECTED);
-                    self.engines.set(h, tiers | t, pos);
+                    if tiers & t == 0 {
+                        self.engines.set(h, tiers | t, pos);
+                    }
                 }
                 (None, None) if self.engines.len() >= self.limit => {
                     applied.dropped += 1;
@@ -243,6 +245,7 @@ impl HeldIndex {
                         self.fleet.update(old, slot, detach);
                     }
                     match self.fleet.upsert(key, slot, |r| attach(r, t)) {
+                        Some((pos, _)) if known.is_none() => self.engines.insert_new(h, t, pos),
                         Some((pos, _)) => self.engines.set(h, t, pos),
                         None => {
                             self.engines.remove(h);
