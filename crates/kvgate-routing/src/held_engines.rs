@@ -25,6 +25,10 @@ pub fn engine_id(h: EngineHash) -> u64 {
 /// `[low 32 bits, high 30 bits | tiers << 30, position]`.
 type Slot = [u32; 3];
 
+fn slot_of(id: u64, tiers: u32, pos: Pos) -> Slot {
+    [id as u32, ((id >> 32) as u32) | (tiers << 30), pos]
+}
+
 fn id_of(s: &Slot) -> u64 {
     (u64::from(s[1] & !(3 << 30)) << 32) | u64::from(s[0])
 }
@@ -55,7 +59,7 @@ impl Engines {
     /// Record (or overwrite) the block the engine calls `h`.
     pub fn set(&mut self, h: EngineHash, tiers: u32, pos: Pos) {
         let id = engine_id(h);
-        let slot = [id as u32, ((id >> 32) as u32) | (tiers << 30), pos];
+        let slot = slot_of(id, tiers, pos);
         match self.table.find_mut(mix(id), |s| id_of(s) == id) {
             Some(s) => *s = slot,
             None => {
@@ -68,8 +72,8 @@ impl Engines {
     /// lookup just missed): one probe of the table instead of two.
     pub fn insert_new(&mut self, h: EngineHash, tiers: u32, pos: Pos) {
         let id = engine_id(h);
-        let slot = [id as u32, ((id >> 32) as u32) | (tiers << 30), pos];
-        self.table.insert_unique(mix(id), slot, |s| mix(id_of(s)));
+        self.table
+            .insert_unique(mix(id), slot_of(id, tiers, pos), |s| mix(id_of(s)));
     }
 
     pub fn remove(&mut self, h: EngineHash) {
