@@ -4,10 +4,11 @@
 //! new session by count ([`kvgate_routing::Load::hosts_session`]).
 //!
 //! A bounded LRU (the `lru` crate) of the session's routing key to the
-//! instance (weakly: a removed instance is no one's home), with an idle expiry; one per endpoint, kept across
-//! reloads. Not shared between replicas: a first turn that reaches a replica
-//! that has not served the session is placed by count, and its later turns
-//! follow the history the cache holds.
+//! instance (weakly: a removed instance is no one's home), with an idle
+//! expiry; one per endpoint, kept across reloads. Not shared between
+//! replicas: a first turn that reaches a replica that has not served the
+//! session is placed by count, and its later turns follow the history the
+//! cache holds.
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError, Weak};

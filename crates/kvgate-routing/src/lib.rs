@@ -200,10 +200,10 @@ pub struct Load {
     /// equal in cost the one given least work leads and none sits idle.
     pub recent_work: u64,
     /// Sessions (first turns with a [`Home::Hinted`] or [`Home::Keyed`]
-    /// home, and hinted sessions that moved there) started there lately, in [`SESSION_UNIT`]s, decaying over a
-    /// minute: a session's first turn starts where the fewest live, so
-    /// sessions, which stay where they start, spread by count and not by the
-    /// queue of one instant.
+    /// home, and hinted sessions that moved there) started there lately, in
+    /// [`SESSION_UNIT`]s, decaying over a minute: a session's first turn
+    /// starts where the fewest live, so sessions, which stay where they
+    /// start, spread by count and not by the queue of one instant.
     pub recent_sessions: u64,
     /// The request's hinted session was last served here (by this gateway):
     /// a later first turn of it (a sub-agent, a new task) returns here
