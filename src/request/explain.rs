@@ -107,6 +107,8 @@ pub fn explain(
         notes.push(format!("session hint {session:?} (metadata.user_id): the key is the session's, not the window's, so its turns stay together while the prompt grows"));
     } else if input.home == Some(kvgate_routing::Home::Keyed) {
         notes.push("a session's first turn under this partition (prompt_cache_key, or the prefix-aware-id header): if nothing under it is held yet, it starts on the instance where the fewest sessions started lately (recent_sessions) of those within one prompt of the cheapest, and its later turns follow what it left there".to_owned());
+    } else if matches!(input.home, Some(kvgate_routing::Home::First(_))) {
+        notes.push("a conversation's first question that nothing names: when no instance holds more of it than its opening (its tools and system prompt), of the instances within one engine step of the cheapest (its learned per-request overhead), the one where the fewest sessions started lately (recent_sessions), since a conversation stays where it starts; the cost model cannot tell instances that close apart".to_owned());
     } else if input.home.is_some() {
         notes.push("a conversation in its early turns (its history shorter than its opening), named by its opening and first question: it moves to that name's instance on the ring when the instance it would otherwise go to is busier and that one holds its opening or nothing, so conversations that share an opening spread; set prompt_cache_key to name it".to_owned());
     } else if input.partition.is_empty() {
@@ -306,7 +308,7 @@ pub fn why(reason: Reason, strategy: Strategy) -> &'static str {
             "no instance holds any of this prompt: the least loaded, ties broken by the work given each instance lately, then the ring"
         }
         (Reason::Affinity, Strategy::LongestPrefix | Strategy::KvAware) => {
-            "a session's start (a metadata.user_id session's first turn, or a chat conversation's early turns, named by its opening and first question): the session's first instance on the ring under its limits, so sessions spread as they start; its later turns go where their history is"
+            "a session's start: a metadata.user_id or prompt_cache_key session's first turn where the fewest sessions started lately, a named chat conversation's early turn on its name's first instance on the ring under its limits, or an unnamed first question on the least worked instance within one engine step of the cheapest, so sessions spread as they start; its later turns go where their history is"
         }
         (Reason::Affinity, _) => "the key's first instance on the ring, under its limits",
         (Reason::Overflow, _) => {

@@ -58,7 +58,8 @@ pub struct RouteInput {
     pub opening_tokens: Option<u64>,
     /// How a session's start is placed ([`kvgate_routing::Request::home`]).
     pub home: Option<kvgate_routing::Home>,
-    /// A session's first turn (hinted or keyed, cache-aware strategies):
+    /// A session's first turn (hinted, keyed, or a chat or Messages first
+    /// question placed by cache-aware strategies):
     /// counted where it is served, as a session started there, unless the
     /// session lives there already ([`kvgate_routing::Load::recent_sessions`]).
     pub starts_session: bool,

@@ -34,6 +34,7 @@ pub fn key(
         history_from,
         named_by,
         opening_bytes,
+        asked_from,
     } = window(route, &prompt, value, &routing.prompt_members, scan)?;
     // A scan that stopped short saw the whole prompt; one that filled up did
     // not, and the body's size is the better estimate of the rest.
@@ -110,10 +111,15 @@ pub fn key(
         Some(_) if first_turn => Some(Home::Hinted),
         Some(_) => (placed && history_from.is_some()).then_some(Home::Lives),
         None if !partition.is_empty() => first_turn.then_some(Home::Keyed),
-        None => named,
+        // An unnamed first question, with its opening's estimated tokens
+        // (all of the window's when the scan ends before its question).
+        None => named
+            .or(first_turn
+                .then(|| Home::First(density.tokens_of(asked_from.unwrap_or(prompt_chars))))),
     };
     // Counted where it is served (`upstream::forward`), so that the next
-    // session's first turn sees it.
+    // session's first turn sees it. An unnamed first question counts too:
+    // a conversation or a one-shot question, either lives where it starts.
     input.starts_session = first_turn && input.home.is_some();
     input.hinted = session.is_some() && indexed;
     Ok(window)
@@ -141,6 +147,8 @@ struct Scanned {
     named_by: Option<usize>,
     /// The byte where its own history begins.
     opening_bytes: Option<usize>,
+    /// The character where its first question begins, answered or not.
+    asked_from: Option<usize>,
 }
 
 impl Scanned {
@@ -150,6 +158,7 @@ impl Scanned {
             history_from: None,
             named_by: None,
             opening_bytes: None,
+            asked_from: None,
         }
     }
 }
@@ -168,6 +177,7 @@ fn window(
         history_from: w.history_from,
         named_by: w.named_by,
         opening_bytes: w.opening_bytes,
+        asked_from: w.asked_from,
     };
     Ok(match route.api() {
         Api::Chat => kvgate_prefix::chat_window_with_history(prompt, scan)

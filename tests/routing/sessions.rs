@@ -321,7 +321,15 @@ async fn chat_conversations_over_one_opening_spread_from_their_second_turn() {
         let (by, _) = chat_turn(&gw, &first).await;
         let u = ups.iter().position(|u| u.state.name == by).unwrap();
         ups[u].set_mode(Mode::Hold);
-        let busy = tokio::spawn(request(&gw, "/v1/chat/completions", None, &first).send());
+        // Its first question again, with an answer prefilled: placed by cost
+        // alone, so where it is held (a first question holding less than an
+        // engine step goes where the fewest sessions started).
+        let mut again = first.clone();
+        again["messages"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "assistant", "content": "{"}));
+        let busy = tokio::spawn(request(&gw, "/v1/chat/completions", None, &again).send());
         eventually("its first question held again", || {
             ups[u]
                 .state
@@ -432,6 +440,27 @@ async fn sessions_start_evenly_by_count_over_messages_and_keyed_chat() {
         let mut b = chat_body(Some(&system), &turns, &next(past, s));
         b["prompt_cache_key"] = json!(format!("conversation-{s}"));
         chat_turn(&gw, &b).await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unnamed_chat_conversations_over_a_short_opening_start_evenly() {
+    // A system prompt of one block (64 tokens): an instance holding it saves
+    // less than an engine step's fixed cost, so it does not draw every new
+    // conversation; nothing names them, and they spread by count as named
+    // sessions do.
+    let system = text(1, 64);
+    let ups = upstreams(4, Mode::Json).await;
+    let gw = Gateway::start(&yaml("chat", &ids(&ups), &[], "")).await;
+    eight_sessions_start_two_an_instance(&ups, async |past, s| {
+        let turns: Vec<(String, String)> = past.into_iter().cloned().collect();
+        let (by, v) = chat_turn(&gw, &chat_body(Some(&system), &turns, &next(past, s))).await;
+        if past.is_none() && s > 0 {
+            let notes = v["notes"].to_string();
+            assert!(notes.contains("first question that nothing names"), "{v}");
+        }
+        (by, v)
     })
     .await;
 }

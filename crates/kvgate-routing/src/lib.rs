@@ -162,6 +162,13 @@ pub enum Home {
     /// taken from its opening and first question. It leads only while the
     /// instance that would otherwise answer is busier.
     Named(u64),
+    /// A chat or Messages conversation's first question that nothing else
+    /// names (no session hint, no partition), with its opening's estimated
+    /// tokens (its tools and system prompt): while no instance holds more of
+    /// it than the opening, it starts, of the instances within one engine
+    /// step of the cheapest, on the one where the fewest sessions started
+    /// lately.
+    First(u64),
 }
 
 impl Request {
@@ -199,8 +206,9 @@ pub struct Load {
     /// Prompt tokens sent to it lately (decaying), so that among instances
     /// equal in cost the one given least work leads and none sits idle.
     pub recent_work: u64,
-    /// Sessions (first turns with a [`Home::Hinted`] or [`Home::Keyed`]
-    /// home, and hinted sessions that moved there) started there lately, in
+    /// Sessions (first turns with a [`Home::Hinted`], [`Home::Keyed`],
+    /// [`Home::Named`] or [`Home::First`] home, and hinted sessions that
+    /// moved there) started there lately, in
     /// [`SESSION_UNIT`]s, decaying over a minute: a session's first turn
     /// starts where the fewest live, so sessions, which stay where they
     /// start, spread by count and not by the queue of one instant.

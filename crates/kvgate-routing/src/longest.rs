@@ -46,7 +46,10 @@
 //! names no session, so a chat conversation is known only from its first
 //! answer on: an early turn moves to its ring home, recomputing the turns
 //! already answered, when the instance it would otherwise go to is busier
-//! and the home holds its opening or nothing ([`session_home`]).
+//! and the home holds its opening or nothing ([`session_home`]). Its first
+//! question, while no instance holds more of it than its opening, starts
+//! where the fewest sessions started of the instances within one engine
+//! step of the cheapest ([`first_turn`]).
 //!
 //! The least [`Cost::total`] leads; among equal costs (a cold prefix on an
 //! idle fleet) the instance given the least work lately
@@ -55,7 +58,7 @@
 //! failover. When every instance is full the least costly one leads anyway
 //! (reason `fallback`). O(instances · log instances).
 
-use super::cost::Fleet;
+use super::cost::{self, Fleet};
 use super::{
     Cost, CostModel, Home, Load, Plan, Policy, Reason, Request, Ring, balance_cap, ring_order,
 };
@@ -192,25 +195,81 @@ fn session_home(
         }
         // A conversation's own key walks its own ring, as far as its first
         // instance under the caps (most often its first).
-        Home::Named(key) => {
-            let mut at_of = vec![usize::MAX; loads.len()];
-            for (at, c) in keyed.iter().enumerate() {
-                if let Some(slot) = at_of.get_mut(c.instance) {
-                    *slot = at;
-                }
-            }
-            ring.walk(key)
-                .filter_map(|i| at_of.get(i).copied())
-                .find(|&at| keyed.get(at).is_some_and(|c| !c.full))
-        }
+        Home::Named(key) => named_walk(ring, key, loads.len(), keyed),
+        // Placed by `first_turn`, once no other home leads.
+        Home::First(_) => None,
     }?;
     let c = keyed.get(at)?;
     let busier = |c: &Candidate| loads.get(c.instance).map_or(0, |l| l.in_flight);
     let leads = match home {
         Home::Hinted | Home::Keyed | Home::Lives => true,
         Home::Named(_) => busier(first) > busier(c) && c.opens,
+        Home::First(_) => false,
     };
     (at > 0 && leads && c.own <= first.total.saturating_add(request.prompt_tokens)).then_some(at)
+}
+
+/// Where in `keyed` a chat or Messages conversation's first question leads
+/// when nothing names it ([`Home::First`]) and no instance holds more of it
+/// than its opening (by a block; a question asked before, or a document in
+/// it, goes by cost): of the candidates whose total is within one engine step
+/// ([`cost::overhead`] of the cheapest) of the cheapest's, the one where the
+/// fewest sessions started lately ([`Load::recent_sessions`]), then the
+/// least work given, then the ring walk. The cost model cannot tell such
+/// instances apart (a step's fixed cost is its resolution), but a
+/// conversation stays where it starts: without this a short system prompt
+/// held on a few instances (32 tokens, two engine blocks) made them the
+/// cheapest for every new conversation, and `kv_aware` left two of four
+/// instances idle at one client (`kvgate-loadbench --matrix --workload
+/// multi-turn`, capacity unknown), while `longest_prefix`, whose coarser
+/// blocks matched none of it, saw ties and spread them. An opening worth
+/// more than a step (a long system prompt held on some instances only)
+/// still leads by cost.
+fn first_turn(
+    request: &Request,
+    loads: &[Load],
+    keyed: &[Candidate],
+    model: CostModel,
+) -> Option<usize> {
+    let Some(Home::First(opening)) = request.home else {
+        return None;
+    };
+    let past_opening = opening.saturating_add(model.block_tokens);
+    let held = |c: &Candidate| {
+        let blocks = loads.get(c.instance).map_or(0, |l| l.matched_blocks) as u64;
+        blocks.saturating_mul(model.block_tokens) >= past_opening
+    };
+    if keyed.iter().any(held) {
+        return None;
+    }
+    let first = keyed.first().filter(|c| !c.full)?;
+    let step = loads.get(first.instance).map_or(0, cost::overhead);
+    let bound = first.total.saturating_add(step);
+    keyed
+        .iter()
+        .enumerate()
+        .take_while(|(_, c)| !c.full && c.total <= bound)
+        .min_by_key(|(_, c)| {
+            let sessions = loads.get(c.instance).map_or(0, |l| l.recent_sessions);
+            (sessions, c.work, c.ring)
+        })
+        .map(|(at, _)| at)
+        .filter(|&at| at > 0)
+}
+
+/// The first candidate under the caps along a conversation's own ring walk.
+/// Maps instances to candidates once, so a walk past many full instances
+/// stays O(instances).
+fn named_walk(ring: &Ring, key: u64, instances: usize, keyed: &[Candidate]) -> Option<usize> {
+    let mut at_of = vec![usize::MAX; instances];
+    for (at, c) in keyed.iter().enumerate() {
+        if let Some(slot) = at_of.get_mut(c.instance) {
+            *slot = at;
+        }
+    }
+    ring.walk(key)
+        .filter_map(|i| at_of.get(i).copied())
+        .find(|&at| keyed.get(at).is_some_and(|c| !c.full))
 }
 
 /// Whether `load`'s instance holds `request`'s conversation past its opening
@@ -254,6 +313,7 @@ impl Policy for LongestPrefix {
             let c = model.cost(request.prompt_tokens, l);
             fleet.add(c.uncached_tokens, l);
             best_match = best_match.max(l.matched_blocks);
+            let history = holds_history(request, l, model);
             keyed.push(Candidate {
                 ring,
                 own: c.total,
@@ -262,9 +322,8 @@ impl Policy for LongestPrefix {
                         .saturating_mul(model.block_tokens)
                         .saturating_mul(8)
                         >= request.opening_tokens.unwrap_or(0).saturating_mul(7)
-                        && !holds_history(request, l, model)),
-                full: l.in_flight >= self.threshold
-                    || (l.in_flight >= limit && !holds_history(request, l, model)),
+                        && !history),
+                full: l.in_flight >= self.threshold || (l.in_flight >= limit && !history),
                 total: c.total,
                 uncached: c.uncached_tokens,
                 work: l.recent_work,
@@ -279,7 +338,8 @@ impl Policy for LongestPrefix {
         // large fleet ties (idle, nothing matched), and the stable sort takes
         // those runs whole (1,000 instances: 30 against 48 µs a plan).
         keyed.sort_by_key(|k| (k.full, k.total, k.work));
-        let home = session_home(&self.ring, request, loads, &keyed);
+        let home = session_home(&self.ring, request, loads, &keyed)
+            .or_else(|| first_turn(request, loads, &keyed, model));
         if let Some(at) = home {
             keyed[..=at].rotate_right(1);
         }
@@ -534,6 +594,56 @@ mod tests {
         // ...unless its queue there outweighs the whole prompt.
         loads[walk[3]].queued_prefill = 8_000;
         assert_eq!(p.plan(&start(Home::Hinted), &loads).order[0], walk[2]);
+    }
+
+    #[test]
+    fn a_first_question_starts_where_the_fewest_sessions_started_within_a_step() {
+        let p = policy(4, 64);
+        let walk: Vec<usize> = p.ring.walk(42).collect();
+        let mut loads = [0, 0, 0, 0].map(Load::with_in_flight);
+        // A short system prompt (estimated at 150 tokens; two blocks of
+        // 64) held where the most sessions started.
+        for (n, &i) in walk.iter().enumerate() {
+            loads[i].matched_blocks = [2, 2, 0, 0][n];
+            loads[i].recent_sessions = [3, 3, 2, 1][n];
+        }
+        let first = Request {
+            home: Some(Home::First(150)),
+            ..req(400)
+        };
+        // By cost alone the first holder leads, and would take every
+        // conversation that opens with that prompt.
+        let plan = p.plan(&req(400), &loads);
+        assert_eq!((plan.order[0], plan.reason), (walk[0], Reason::CacheHit));
+        // As a conversation's first question: the fewest sessions of those
+        // within one step (256 tokens, the guess) of the cheapest.
+        let plan = p.plan(&first, &loads);
+        assert_eq!((plan.order[0], plan.reason), (walk[3], Reason::Affinity));
+        assert_eq!(plan.order[1], walk[0], "the rest by cost: {plan:?}");
+        // Not one whose queue puts it more than a step over the cheapest.
+        loads[walk[3]].queued_prefill = 300;
+        assert_eq!(p.plan(&first, &loads).order[0], walk[2]);
+        // A holder of more than its opening (the question asked before, a
+        // document in it) keeps it, by cost, though a step would cover it.
+        loads[walk[1]].matched_blocks = 4;
+        let plan = p.plan(&first, &loads);
+        assert_eq!((plan.order[0], plan.reason), (walk[1], Reason::CacheHit));
+        loads[walk[1]].matched_blocks = 3;
+        assert_eq!(
+            p.plan(&first, &loads).order[0],
+            walk[2],
+            "within a block of it"
+        );
+        loads[walk[1]].matched_blocks = 2;
+        // An engine whose learned step is cheaper than the prompt held: the
+        // holders lead by cost, the first of them by work, then the walk.
+        for l in &mut loads {
+            l.overhead_tokens = 64;
+        }
+        let plan = p.plan(&first, &loads);
+        assert_eq!((plan.order[0], plan.reason), (walk[0], Reason::CacheHit));
+        loads[walk[0]].recent_sessions = 4;
+        assert_eq!(p.plan(&first, &loads).order[0], walk[1]);
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub struct Window {
     pub named_by: Option<usize>,
     /// `history_from` in bytes of `text`: the opening's length.
     pub opening_bytes: Option<usize>,
+    /// The character offset of the first user turn, answered or not: a
+    /// first question's opening; `None` when the window ends before it.
+    pub asked_from: Option<usize>,
 }
 
 /// Marks the history's start while a window's messages are written.
@@ -67,6 +70,7 @@ impl HistoryMark {
             history_from: asked.map(|(chars, _)| chars),
             named_by: self.answered_at,
             opening_bytes: asked.map(|(_, bytes)| bytes),
+            asked_from: self.asked_at.map(|(chars, _)| chars),
         }
     }
 }
@@ -129,6 +133,8 @@ mod tests {
             {"role": "user", "content": "hi"},
         ]});
         assert_eq!(chat(&body).history_from, None);
+        // Unanswered, its opening is known all the same.
+        assert_eq!(chat(&body).asked_from, Some(27));
         let answered = json!({"messages": [
             {"role": "assistant", "content": "Ask me anything."},
             {"role": "user", "content": "hi"},
@@ -155,6 +161,7 @@ mod tests {
         // ... then "user" US "質問" RS: the first answer after 29 bytes.
         assert_eq!(chat(&with_system).named_by, Some(29));
         assert_eq!(chat(&with_system).opening_bytes, Some(17));
+        assert_eq!(chat(&with_system).asked_from, Some(11));
     }
 
     #[test]
