@@ -308,7 +308,7 @@ pub fn why(reason: Reason, strategy: Strategy) -> &'static str {
             "no instance holds any of this prompt: the least loaded, ties broken by the work given each instance lately, then the ring"
         }
         (Reason::Affinity, Strategy::LongestPrefix | Strategy::KvAware) => {
-            "a session's start: a metadata.user_id or prompt_cache_key session's first turn where the fewest sessions started lately, a named chat conversation's early turn on its name's first instance on the ring under its limits, or an unnamed first question on the least worked instance within one engine step of the cheapest, so sessions spread as they start; its later turns go where their history is"
+            "a session's start: a metadata.user_id or prompt_cache_key session's first turn where the fewest sessions started lately, a named chat conversation's early turn on its name's first instance on the ring under its limits, or an unnamed first question where the fewest sessions started lately among the instances within one engine step of the cheapest, so sessions spread as they start; its later turns go where their history is"
         }
         (Reason::Affinity, _) => "the key's first instance on the ring, under its limits",
         (Reason::Overflow, _) => {
