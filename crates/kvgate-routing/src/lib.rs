@@ -206,9 +206,9 @@ pub struct Load {
     /// Prompt tokens sent to it lately (decaying), so that among instances
     /// equal in cost the one given least work leads and none sits idle.
     pub recent_work: u64,
-    /// Sessions (first turns with a [`Home::Hinted`], [`Home::Keyed`],
-    /// [`Home::Named`] or [`Home::First`] home, and hinted sessions that
-    /// moved there) started there lately, in
+    /// Sessions (first turns with a [`Home::Hinted`], [`Home::Keyed`] or
+    /// [`Home::First`] home, and hinted sessions that moved there) started
+    /// there lately, in
     /// [`SESSION_UNIT`]s, decaying over a minute: a session's first turn
     /// starts where the fewest live, so sessions, which stay where they
     /// start, spread by count and not by the queue of one instant.

@@ -201,11 +201,8 @@ fn session_home(
     }?;
     let c = keyed.get(at)?;
     let busier = |c: &Candidate| loads.get(c.instance).map_or(0, |l| l.in_flight);
-    let leads = match home {
-        Home::Hinted | Home::Keyed | Home::Lives => true,
-        Home::Named(_) => busier(first) > busier(c) && c.opens,
-        Home::First(_) => false,
-    };
+    // A named conversation's home leads only while the cheapest is busier.
+    let leads = !matches!(home, Home::Named(_)) || (busier(first) > busier(c) && c.opens);
     (at > 0 && leads && c.own <= first.total.saturating_add(request.prompt_tokens)).then_some(at)
 }
 
