@@ -204,6 +204,7 @@ fn pace(i: &crate::fleet::Instance) -> Value {
             Basis::FirstAnswers => "first answers (gap between tokens × prefill rate)",
             Basis::Guess => "default (256 tokens a request)",
         },
+        "fit_stands": p.fit_stands,
         "answers": p.answers,
         "gaps": p.gaps,
         "refused": p.refused,

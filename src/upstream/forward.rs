@@ -184,10 +184,11 @@ fn record(
 
 /// Where a session lives, once `instance` has served its turn: counted there
 /// as a session started on its first turn (not on an instance that failed
-/// it), once, and again where a hinted session moved (the cost model or a
-/// failover took a turn off the instance that served it last), so that new
-/// sessions start away from where moved ones went; a hinted session's home
-/// is remembered (`fleet::session_homes`).
+/// it), once, and again where a session moved — a hinted one off the
+/// instance that served it last, a conversation's later turn off an
+/// instance holding more of it (the cost model or a failover took it there)
+/// — so that new sessions start away from where moved ones went; a hinted
+/// session's home is remembered (`fleet::session_homes`).
 fn note_session(
     ep: &Endpoint,
     input: &RouteInput,
@@ -196,7 +197,15 @@ fn note_session(
     at: usize,
 ) {
     let hosts = loads.get(at).is_some_and(|l| l.hosts_session);
-    let moved = input.hinted && !hosts && loads.iter().any(|l| l.hosts_session);
+    let moved = if input.hinted {
+        !hosts && loads.iter().any(|l| l.hosts_session)
+    } else {
+        let held = |l: &Load| l.matched_blocks;
+        let best = loads.iter().map(held).max().unwrap_or(0);
+        !input.starts_session
+            && input.opening_tokens.is_some()
+            && loads.get(at).is_some_and(|l| held(l) < best)
+    };
     if (input.starts_session && !hosts) || moved {
         instance.session_started();
     }

@@ -27,11 +27,21 @@
 //! not one another's shadow (an idle engine shows no queue and keeps the
 //! guess), it has a positive rate, and its standard errors say the rate is
 //! known within [`MAX_RATE_ERROR`] and the overhead within
-//! [`MAX_OVERHEAD_ERROR`] tokens or that fraction of it (times to first token are noisy: a fit of
-//! a few noisy answers must not steer routing). Until then, and whenever it
-//! stops meeting that, the first answers' reading stands — the gap between
-//! an answer's tokens (a step) times the prefill rate an unqueued first token
-//! shows ([`pace_prior`], after two answers) — and before any answer, the guess. The learned overhead is clamped to [`OVERHEAD_RANGE`]. A
+//! [`MAX_OVERHEAD_ERROR`] tokens or that fraction of it (times to first token
+//! are noisy: a fit of a few noisy answers must not steer routing). Until
+//! then the first answers' reading stands — the gap between an answer's
+//! tokens (a step) times the prefill rate an unqueued first token shows
+//! ([`pace_prior`], after two answers) — and before any answer, the guess.
+//!
+//! Once a fit has stood, it is held: a later stretch where the fit fails its
+//! checks keeps the last one that passed rather than going back to the first
+//! reading, and the overhead in use follows the fit by at most a factor of
+//! [`FOLLOW`] an answer. A fit over a few hundred noisy answers still swings
+//! (seen in the simulator: from ~210 tokens to the floor and back within
+//! 30 answers), and an instance charged a fraction of its true overhead for a
+//! while draws every new conversation meanwhile; a lasting change of engine
+//! still moves it within the horizon (halving takes 45 answers). The learned
+//! overhead is clamped to [`OVERHEAD_RANGE`]. A
 //! sample is refused (counted, never moving the fit) when its time is not
 //! positive or above [`MAX_SECS`], or its work absurd; once learned, a
 //! sample's time is clipped to within [`CLIP`]× of the fit's prediction, so
@@ -73,6 +83,9 @@ pub const MAX_SECS: f64 = 300.0;
 pub const MAX_WORK: u64 = 50_000_000;
 /// A learned fit clips a sample's time to within this factor of its prediction.
 pub const CLIP: f64 = 2.0;
+/// Once a fit has stood, the overhead in use moves toward each new fit's by
+/// at most this factor an answer.
+pub const FOLLOW: f64 = 1.0 + 1.0 / 64.0;
 
 /// What a first token waited for, as the gateway saw it at dispatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -110,11 +123,6 @@ struct Fit {
 impl Fit {
     fn predict(&self, x: f64, q: f64) -> f64 {
         self.latency_s + x / self.rate + q * self.step_s
-    }
-
-    /// The step in prefill tokens, clamped.
-    fn overhead(&self) -> u64 {
-        clamp_overhead(self.step_s * self.rate)
     }
 }
 
@@ -176,26 +184,49 @@ impl Sums {
     }
 }
 
-/// What the answers have shown: the fit's sums and the first reading.
+/// What the answers have shown: the fit's sums, the first reading, and what
+/// the fits that stood have settled on.
 #[derive(Debug, Default, Clone, Copy)]
 struct Seen {
     sums: Sums,
     prior: Prior,
+    held: Option<Held>,
+}
+
+/// The last fit that stood, and the overhead in use following the fits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Held {
+    fit: Fit,
+    /// Prefill tokens, within [`OVERHEAD_RANGE`].
+    overhead: f64,
 }
 
 impl Seen {
-    /// The prefill rate: the fit's, else the first reading's.
+    /// Takes a sample's fit, where it stands, into what is held.
+    fn follow(&mut self) {
+        let Some(fit) = self.sums.fit() else {
+            return;
+        };
+        let (lo, hi) = (OVERHEAD_RANGE.0 as f64, OVERHEAD_RANGE.1 as f64);
+        let target = (fit.step_s * fit.rate).clamp(lo, hi);
+        let overhead = match self.held {
+            None => target,
+            Some(h) => target.clamp(h.overhead / FOLLOW, h.overhead * FOLLOW),
+        };
+        self.held = Some(Held { fit, overhead });
+    }
+
+    /// The prefill rate: the held fit's, else the first reading's.
     fn rate(&self) -> Option<f64> {
-        self.sums
-            .fit()
-            .map(|f| f.rate)
+        self.held
+            .map(|h| h.fit.rate)
             .or(self.prior.reading().map(|r| r.1))
     }
 
-    /// The overhead to charge: the fit's, else the first reading's, else the guess.
+    /// The overhead to charge: the held fit's, else the first reading's, else the guess.
     fn overhead(&self) -> (u64, Basis) {
-        if let Some(f) = self.sums.fit() {
-            return (f.overhead(), Basis::Fit);
+        if let Some(h) = self.held {
+            return (clamp_overhead(h.overhead), Basis::Fit);
         }
         match self.prior.reading() {
             Some((step_s, rate)) => (clamp_overhead(step_s * rate), Basis::FirstAnswers),
@@ -262,8 +293,10 @@ pub struct Learned {
     /// Answers whose gaps between tokens were seen (the first reading's step).
     pub gaps: u64,
     pub refused: u64,
-    /// The fit stands.
+    /// A fit has stood: the overhead and rate are learned (held since).
     pub learned: bool,
+    /// The fit over the latest answers stands (else the last one is held).
+    pub fit_stands: bool,
     pub basis: Basis,
 }
 
@@ -287,6 +320,7 @@ impl Pace {
             None => secs,
         };
         seen.sums.add(x, q, y);
+        seen.follow();
         seen.prior.first_token(ahead.work, ahead.requests, secs);
         self.publish(&seen);
         true
@@ -328,7 +362,7 @@ impl Pace {
 
     pub fn snapshot(&self) -> Learned {
         let seen = self.seen.lock().map(|s| *s).unwrap_or_default();
-        let fit = seen.sums.fit();
+        let fit = seen.held.map(|h| h.fit);
         let (overhead, basis) = seen.overhead();
         let reading = seen.prior.reading();
         Learned {
@@ -337,10 +371,11 @@ impl Pace {
             tokens_per_s: fit.map(|f| f.rate).or(reading.map(|r| r.1)),
             step_ms: fit.map(|f| f.step_s * 1e3).or(reading.map(|r| r.0 * 1e3)),
             latency_ms: fit.map(|f| f.latency_s * 1e3),
+            fit_stands: seen.sums.fit().is_some(),
             answers: seen.sums.n,
             gaps: seen.prior.gaps(),
             refused: self.refused.load(Relaxed),
-            learned: fit.is_some(),
+            learned: seen.held.is_some(),
             basis,
         }
     }

@@ -199,3 +199,40 @@ fn the_first_answers_reading_replaces_the_guess_until_the_fit_stands() {
         "the fit's: {rate}"
     );
 }
+
+#[test]
+fn a_fit_that_stood_is_held_and_one_swing_moves_it_only_a_little() {
+    let p = Pace::default();
+    FAST.answer(&p, loaded(40));
+    assert_eq!(p.overhead_tokens(), 200);
+    // Twenty-five answers where a queue ahead even shortens a first token
+    // (noise, batching): a young fit drops to the floor; what is charged
+    // follows it slowly.
+    let odd = Engine {
+        latency_ms: 200.0,
+        step_ms: -40.0,
+        ..FAST
+    };
+    odd.answer(&p, loaded(25));
+    let s = p.snapshot();
+    let fits = s.step_ms.unwrap_or(-1.0) * s.tokens_per_s.unwrap_or(-1.0) / 1e3;
+    assert!(s.fit_stands && fits < 60.0, "{s:?}");
+    assert!((120..200).contains(&s.overhead_tokens), "{s:?}");
+    // Back to its usual pace, the fit and what is charged meet again.
+    FAST.answer(&p, loaded(300));
+    let s = p.snapshot();
+    let fits = s.step_ms.unwrap_or(-1.0) * s.tokens_per_s.unwrap_or(-1.0) / 1e3;
+    assert!((s.overhead_tokens as f64 - fits).abs() <= 2.0, "{s:?}");
+    assert!(s.overhead_tokens.abs_diff(200) <= 30, "{s:?}");
+    // Answers that no fit can stand on (one sized, no queue) keep the last
+    // fit, not the first answers' reading.
+    p.observe_gap(0.5);
+    p.observe_gap(0.5);
+    FAST.answer(&p, (0..2000).map(|_| (500, 0)));
+    let s = p.snapshot();
+    assert!(s.learned && !s.fit_stands && s.basis == Basis::Fit, "{s:?}");
+    assert!(
+        s.overhead_tokens.abs_diff(200) <= 30 && s.gaps == 2,
+        "{s:?}"
+    );
+}
