@@ -108,7 +108,7 @@ pub fn explain(
     } else if input.home == Some(kvgate_routing::Home::Keyed) {
         notes.push("a session's first turn under this partition (prompt_cache_key, or the prefix-aware-id header): if nothing under it is held yet, it starts on the instance where the fewest sessions started lately (recent_sessions) of those within one prompt of the cheapest, and its later turns follow what it left there".to_owned());
     } else if matches!(input.home, Some(kvgate_routing::Home::First(_))) {
-        notes.push("a conversation's first question that nothing names: when no instance holds more of it than its opening (its tools and system prompt), of the instances within one engine step of the cheapest (its learned per-request overhead), the one where the fewest sessions started lately (recent_sessions), since a conversation stays where it starts; the cost model cannot tell instances that close apart".to_owned());
+        notes.push("a conversation's first question that nothing names: when no instance holds more of it than its opening (its tools and system prompt), of the instances within one engine step of the cheapest (the open instances' median learned per-request overhead), the one where the fewest sessions started lately (recent_sessions), since a conversation stays where it starts; the cost model cannot tell instances that close apart".to_owned());
     } else if input.home.is_some() {
         notes.push("a conversation in its early turns (its history shorter than its opening), named by its opening and first question: it moves to that name's instance on the ring when the instance it would otherwise go to is busier and that one holds its opening or nothing, so conversations that share an opening spread; set prompt_cache_key to name it".to_owned());
     } else if input.partition.is_empty() {
@@ -303,7 +303,7 @@ pub fn why(reason: Reason, strategy: Strategy) -> &'static str {
             "least cost, and it holds the longest cached prefix of this prompt"
         }
         (Reason::CacheSpread, _) => {
-            "least cost: an instance holding more of this prompt is at its limit (the balance cap binds it unless it holds this conversation past its opening), or has more prefill queued than recomputing the difference here costs (twice that when this cache is full, for what the copy evicts)"
+            "least cost: an instance holding more of this prompt is at its limit (the balance cap binds it unless it holds this conversation past its opening), or has more prefill queued than recomputing the difference here costs (twice that when this cache is full, for what the copy evicts); a conversation moved off the instances holding its history goes, of the others within one engine step of the cheapest and cheaper than staying, where the fewest sessions started"
         }
         (Reason::Cold, _) => {
             "no instance holds any of this prompt: the least loaded, ties broken by the work given each instance lately, then the ring"

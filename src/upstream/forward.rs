@@ -123,7 +123,7 @@ pub async fn forward(mut f: Forward<'_>) -> Result<(Response, Outcome), ApiError
         }
         instance.series.response_headers(took);
         if !no_work && !status.is_client_error() {
-            note_session(&ep, &f.input, instance, &loads, idx);
+            note_session(&ep, (&f.input, &request), instance, &loads, idx);
         }
         share_placement(f.runtime, &f.input, instance, &dispatch, status);
         let outcome = Outcome::new(instance, reason, attempt);
@@ -185,13 +185,14 @@ fn record(
 /// Where a session lives, once `instance` has served its turn: counted there
 /// as a session started on its first turn (not on an instance that failed
 /// it), once, and again where a session moved — a hinted one off the
-/// instance that served it last, a conversation's later turn off an
-/// instance holding more of it (the cost model or a failover took it there)
-/// — so that new sessions start away from where moved ones went; a hinted
-/// session's home is remembered (`fleet::session_homes`).
+/// instance that served it last, a conversation's later turn, placed by the
+/// strategy, onto an instance without its history while another holds it
+/// (the cost model, a named home or a failover took it there) — so that new
+/// sessions start away from where moved ones went; a hinted session's home
+/// is remembered (`fleet::session_homes`).
 fn note_session(
     ep: &Endpoint,
-    input: &RouteInput,
+    (input, request): (&RouteInput, &Request),
     instance: &Arc<Instance>,
     loads: &[Load],
     at: usize,
@@ -200,11 +201,11 @@ fn note_session(
     let moved = if input.hinted {
         !hosts && loads.iter().any(|l| l.hosts_session)
     } else {
-        let held = |l: &Load| l.matched_blocks;
-        let best = loads.iter().map(held).max().unwrap_or(0);
+        let history = |l: &Load| ep.policy.holds_history(request, l);
         !input.starts_session
-            && input.opening_tokens.is_some()
-            && loads.get(at).is_some_and(|l| held(l) < best)
+            && input.placement == Placement::Policy
+            && loads.iter().any(history)
+            && loads.get(at).is_some_and(|l| !history(l))
     };
     if (input.starts_session && !hosts) || moved {
         instance.session_started();

@@ -563,3 +563,45 @@ async fn a_session_that_moves_is_counted_where_it_went() {
     let (other, v) = send(&body(&system, "session-b", &[], &first(3))).await;
     assert!(other != home && other != moved, "{v}");
 }
+
+/// An unnamed chat conversation whose later turn is taken off the instance
+/// holding its history (here by a failover) lives where it was served: it is
+/// counted as a session started there, so the next new conversation starts
+/// on the instance no conversation lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_conversation_that_moves_is_counted_where_it_went() {
+    let system = text(1, 64);
+    let ups = upstreams(3, Mode::Json).await;
+    let gw = Gateway::start(&yaml("chat", &ids(&ups), &[], "")).await;
+    let period = || kvgate::fleet::instance::now_ms() / SESSION_HALF_LIFE_MS;
+    let since = period();
+    let (home, _) = chat_turn(&gw, &chat_body(Some(&system), &[], &first(0))).await;
+    let h = ups.iter().position(|u| u.state.name == home).unwrap();
+    ups[h].set_mode(Mode::Raw(503, "application/json", r#"{"error":"busy"}"#));
+    let turns = [(first(0), "ok".to_owned())];
+    let later = chat_body(Some(&system), &turns, &next(turns.first(), 1));
+    let r = request(&gw, "/v1/chat/completions", None, &later)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let moved = served_by(&r);
+    assert_ne!(moved, home);
+    ups[h].set_mode(Mode::Json);
+    let (other, v) = chat_turn(&gw, &chat_body(Some(&system), &[], &first(2))).await;
+    assert!(other != home && other != moved, "{v}");
+    // Counted where it went (a count that only halves with time).
+    let sessions = |id: &str| at(&v, id)["recent_sessions"].as_f64().unwrap();
+    assert!(sessions(&moved) > sessions(&other), "{v}");
+    if period() == since {
+        for u in &ups {
+            let n = at(&v, &u.state.name)["recent_sessions"].as_f64().unwrap();
+            let want = if u.state.name == home || u.state.name == moved {
+                1.0
+            } else {
+                0.0
+            };
+            assert_eq!(n, want, "counted where it started and where it went: {v}");
+        }
+    }
+}

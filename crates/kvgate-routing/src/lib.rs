@@ -301,6 +301,14 @@ pub trait Policy: Send + Sync + std::fmt::Debug {
     fn queued_charge(&self, request: &Request, load: &Load) -> u64 {
         request.prompt_tokens.saturating_add(cost::overhead(load))
     }
+
+    /// Whether `load`'s instance holds `request`'s conversation past its
+    /// opening (its earlier turns), as this strategy's placement judges it:
+    /// where a turn served elsewhere has moved the conversation. Strategies
+    /// that index no prompts know of no history.
+    fn holds_history(&self, _request: &Request, _load: &Load) -> bool {
+        false
+    }
 }
 
 /// Settings every policy is built from.

@@ -220,6 +220,10 @@ impl Policy for LongestPrefix {
         )
     }
 
+    fn holds_history(&self, request: &Request, load: &Load) -> bool {
+        holds_history(request, load, self.model_for(request))
+    }
+
     fn queued_charge(&self, request: &Request, load: &Load) -> u64 {
         self.model_for(request)
             .queued_charge(request.prompt_tokens, load)

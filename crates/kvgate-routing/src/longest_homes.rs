@@ -145,9 +145,9 @@ pub(super) fn first_turn(
 /// Where in `keyed` a conversation's turn goes when the cost model takes it
 /// off the instances holding its history (a queue there outweighs
 /// recomputing it): of the others within one engine step ([`typical_step`])
-/// of the cheapest, the one where the fewest sessions started lately, as a
-/// first question starts ([`first_turn`]); the conversation lives where it
-/// moves. Without it every move went to the one instance the cost model
+/// of the cheapest and cheaper than staying on an open holder, the one where
+/// the fewest sessions started lately, as a first question starts
+/// ([`first_turn`]); the conversation lives where it moves. Without it every move went to the one instance the cost model
 /// ranked cheapest, most often the one that learned the smallest step: one
 /// took 26 of 54 moves and 18.1% of the requests over 7 instances
 /// (`kvgate-loadbench --workload multi-turn`). Hinted sessions move by
@@ -170,7 +170,17 @@ pub(super) fn moving_turn(
     if !keyed.iter().any(history) {
         return None;
     }
-    let bound = first.total.saturating_add(typical_step(loads, keyed));
+    // Cheaper than staying, where a holder is open: under its total.
+    let stay = keyed
+        .iter()
+        .filter(|c| !c.full && history(c))
+        .map(|c| c.total)
+        .min()
+        .unwrap_or(u64::MAX);
+    let bound = first
+        .total
+        .saturating_add(typical_step(loads, keyed))
+        .min(stay.saturating_sub(1));
     keyed
         .iter()
         .enumerate()

@@ -304,6 +304,14 @@ fn a_conversation_moved_off_its_history_goes_where_the_fewest_sessions_started()
     // One past the step is left to cost.
     loads[walk[2]].queued_prefill = 300;
     assert_eq!(p.plan(&turn, &loads).order[0], walk[3]);
+    // Nor one dearer than staying: with the holder at 1,000 − 640 + 790, a
+    // move to walk[3] (1,136) is cheaper, to walk[2] (1,186) it is not,
+    // though both are within a step (256) of the cheapest (936).
+    loads[walk[2]].queued_prefill = 250;
+    loads[walk[2]].recent_sessions = 0;
+    loads[walk[0]].queued_prefill = 790;
+    assert_eq!(p.plan(&turn, &loads).order[0], walk[3]);
+    loads[walk[0]].queued_prefill = 5_000;
     // Where its holder still leads, it stays; a request that is not a
     // conversation goes by cost alone.
     loads[walk[0]].queued_prefill = 0;

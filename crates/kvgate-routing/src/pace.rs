@@ -43,7 +43,7 @@
 //! still moves it within the horizon (halving takes 45 answers). The learned
 //! overhead is clamped to [`OVERHEAD_RANGE`]. A
 //! sample is refused (counted, never moving the fit) when its time is not
-//! positive or above [`MAX_SECS`], or its work absurd; once learned, a
+//! positive or above [`MAX_SECS`], or its work absurd; while a fit stands, a
 //! sample's time is clipped to within [`CLIP`]× of the fit's prediction, so
 //! one stalled answer cannot swing it, while a lasting change of engine still
 //! moves it within the horizon.
