@@ -527,6 +527,20 @@ async fn a_sessions_later_first_turn_returns_where_it_lives() {
     }
 }
 
+/// Within one half-life: one session counted where it started and one where
+/// it went, none elsewhere.
+fn counted_where_it_started_and_went(ups: &[Upstream], v: &Value, (home, moved): (&str, &str)) {
+    for u in ups {
+        let n = at(v, &u.state.name)["recent_sessions"].as_f64().unwrap();
+        let want = if u.state.name == home || u.state.name == moved {
+            1.0
+        } else {
+            0.0
+        };
+        assert_eq!(n, want, "counted where it started and where it went: {v}");
+    }
+}
+
 /// A hinted session whose turn is taken off the instance that served it (here
 /// by a failover) now lives where it was served: it is counted there, so the
 /// next new session starts elsewhere, and its next first turn returns there.
@@ -549,15 +563,7 @@ async fn a_session_that_moves_is_counted_where_it_went() {
     assert_eq!(again, moved, "its next first turn follows it: {v}");
     assert_eq!(at(&v, &moved)["hosts_session"], true, "{v}");
     if period() == since {
-        for u in &ups {
-            let n = at(&v, &u.state.name)["recent_sessions"].as_f64().unwrap();
-            let want = if u.state.name == home || u.state.name == moved {
-                1.0
-            } else {
-                0.0
-            };
-            assert_eq!(n, want, "counted where it started and where it went: {v}");
-        }
+        counted_where_it_started_and_went(&ups, &v, (&home, &moved));
     }
     // A new session starts on the instance no session lives on.
     let (other, v) = send(&body(&system, "session-b", &[], &first(3))).await;
@@ -594,14 +600,6 @@ async fn a_chat_conversation_that_moves_is_counted_where_it_went() {
     let sessions = |id: &str| at(&v, id)["recent_sessions"].as_f64().unwrap();
     assert!(sessions(&moved) > sessions(&other), "{v}");
     if period() == since {
-        for u in &ups {
-            let n = at(&v, &u.state.name)["recent_sessions"].as_f64().unwrap();
-            let want = if u.state.name == home || u.state.name == moved {
-                1.0
-            } else {
-                0.0
-            };
-            assert_eq!(n, want, "counted where it started and where it went: {v}");
-        }
+        counted_where_it_started_and_went(&ups, &v, (&home, &moved));
     }
 }

@@ -38,9 +38,10 @@
 //! reading, and the overhead in use follows the fit by at most a factor of
 //! [`FOLLOW`] an answer. A fit over a few hundred noisy answers still swings
 //! (seen in the simulator: from ~210 tokens to the floor and back within
-//! 30 answers), and an instance charged a fraction of its true overhead for a
-//! while draws every new conversation meanwhile; a lasting change of engine
-//! still moves it within the horizon (halving takes 45 answers). The learned
+//! 30 answers), and an instance charged a fraction of its overhead looks
+//! cheaper than it is for as long; a lasting change of engine still moves
+//! it within the horizon (halving takes 45 answers). (It did not, by itself,
+//! even out the simulator's shares: `bench/results/shares-one-gateway.md`.) The learned
 //! overhead is clamped to [`OVERHEAD_RANGE`]. A
 //! sample is refused (counted, never moving the fit) when its time is not
 //! positive or above [`MAX_SECS`], or its work absurd; while a fit stands, a
