@@ -108,9 +108,15 @@ pub(super) fn session_home(
 /// cheapest for every new conversation, and `kv_aware` left two of four
 /// instances idle at one client (`kvgate-loadbench --matrix --workload
 /// multi-turn`, capacity unknown), while `longest_prefix`, whose coarser
-/// blocks matched none of it, saw ties and spread them. An opening worth
-/// more than a step (a long system prompt held on some instances only)
-/// still leads by cost.
+/// blocks matched none of it, saw ties and spread them. Only instances
+/// holding within a step as much of the opening as the most-holding one are
+/// candidates: an opening worth more than a step held on some instances only
+/// (a long system prompt, a document) leads by cost even while its holder
+/// is busy. Without that, real vLLM's first pass (`scripts/vllm_bench.py`,
+/// 8 documents as system prompts, 2 engines) sent one first question a pass
+/// to the engine without its document, when the holder's queue brought it
+/// within the 256-token guessed step: 59.0% of prompt tokens cached against
+/// hashing's 62.9%.
 pub(super) fn first_turn(
     request: &Request,
     loads: &[Load],
@@ -129,11 +135,21 @@ pub(super) fn first_turn(
         return None;
     }
     let first = keyed.first().filter(|c| !c.full)?;
-    let bound = first.total.saturating_add(typical_step(loads, keyed));
+    let step = typical_step(loads, keyed);
+    let bound = first.total.saturating_add(step);
+    // Only instances holding as much of the opening as any, within a step:
+    // an opening worth more than a step (a document in the system prompt)
+    // that one instance holds stays a reason to go there, however busy it is.
+    let tokens = |c: &Candidate| {
+        let blocks = loads.get(c.instance).map_or(0, |l| l.matched_blocks) as u64;
+        blocks.saturating_mul(model.block_tokens)
+    };
+    let most = keyed.iter().map(tokens).max().unwrap_or(0);
     keyed
         .iter()
         .enumerate()
         .take_while(|(_, c)| !c.full && c.total <= bound)
+        .filter(|(_, c)| most.saturating_sub(tokens(c)) <= step)
         .min_by_key(|(_, c)| {
             let sessions = loads.get(c.instance).map_or(0, |l| l.recent_sessions);
             (sessions, c.work, c.ring)

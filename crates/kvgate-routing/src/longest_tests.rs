@@ -207,6 +207,35 @@ fn a_session_starts_where_the_fewest_conversations_started_lately() {
 }
 
 #[test]
+fn a_first_question_over_a_document_one_instance_holds_stays_there() {
+    let p = policy(2, 64);
+    let walk: Vec<usize> = p.ring.walk(42).collect();
+    let mut loads = [0, 0].map(Load::with_in_flight);
+    // A document as the system prompt (an opening of 500 tokens), held on
+    // the busier instance, where more sessions started: a copy elsewhere is
+    // within a step (the 256-token guess) of it, but holds none of it.
+    loads[walk[0]].matched_blocks = 7;
+    loads[walk[0]].queued_prefill = 400;
+    loads[walk[0]].recent_sessions = 3;
+    loads[walk[1]].recent_sessions = 1;
+    let first = Request {
+        home: Some(Home::First(500)),
+        ..req(520)
+    };
+    let plan = p.plan(&first, &loads);
+    assert_eq!((plan.order[0], plan.reason), (walk[0], Reason::CacheHit));
+    // A one-block opening is no reason to stay: the fewest sessions.
+    loads[walk[0]].matched_blocks = 1;
+    loads[walk[0]].queued_prefill = 0;
+    let short = Request {
+        home: Some(Home::First(60)),
+        ..req(520)
+    };
+    let plan = p.plan(&short, &loads);
+    assert_eq!((plan.order[0], plan.reason), (walk[1], Reason::Affinity));
+}
+
+#[test]
 fn a_first_question_starts_where_the_fewest_sessions_started_within_a_step() {
     let p = policy(4, 64);
     let walk: Vec<usize> = p.ring.walk(42).collect();
