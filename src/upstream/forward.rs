@@ -204,8 +204,8 @@ fn note_session(
         let history = |l: &Load| ep.policy.holds_history(request, l);
         !input.starts_session
             && input.placement == Placement::Policy
-            && loads.iter().any(history)
             && loads.get(at).is_some_and(|l| !history(l))
+            && loads.iter().any(history)
     };
     if (input.starts_session && !hosts) || moved {
         instance.session_started();

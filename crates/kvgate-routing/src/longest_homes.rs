@@ -126,12 +126,12 @@ pub(super) fn first_turn(
     let Some(Home::First(opening)) = request.home else {
         return None;
     };
-    let past_opening = opening.saturating_add(model.block_tokens);
-    let held = |c: &Candidate| {
+    let tokens = |c: &Candidate| {
         let blocks = loads.get(c.instance).map_or(0, |l| l.matched_blocks) as u64;
-        blocks.saturating_mul(model.block_tokens) >= past_opening
+        blocks.saturating_mul(model.block_tokens)
     };
-    if keyed.iter().any(held) {
+    let past_opening = opening.saturating_add(model.block_tokens);
+    if keyed.iter().any(|c| tokens(c) >= past_opening) {
         return None;
     }
     let first = keyed.first().filter(|c| !c.full)?;
@@ -140,10 +140,6 @@ pub(super) fn first_turn(
     // Only instances holding as much of the opening as any, within a step:
     // an opening worth more than a step (a document in the system prompt)
     // that one instance holds stays a reason to go there, however busy it is.
-    let tokens = |c: &Candidate| {
-        let blocks = loads.get(c.instance).map_or(0, |l| l.matched_blocks) as u64;
-        blocks.saturating_mul(model.block_tokens)
-    };
     let most = keyed.iter().map(tokens).max().unwrap_or(0);
     keyed
         .iter()
