@@ -22,5 +22,5 @@ pub mod tasks;
 pub mod warmup;
 
 pub use endpoint::{Endpoint, Seen};
-pub use instance::{InflightGuard, Instance};
+pub use instance::{InflightGuard, Instance, PaceSample};
 pub use state::{AppState, Runtime};

@@ -11,7 +11,7 @@ use std::time::Instant;
 use kvgate_routing::index::Inserted;
 use kvgate_routing::{Load, Request};
 
-use crate::fleet::{Endpoint, InflightGuard, Instance, Seen};
+use crate::fleet::{Endpoint, InflightGuard, Instance, PaceSample, Seen};
 use crate::kv_events::Subscription;
 use crate::request::RouteInput;
 use crate::route::Placement;
@@ -47,7 +47,12 @@ impl<'a> Dispatch<'a> {
         } else if ep.config.routing.strategy.uses_index() {
             // Its first token's time is a sample of the instance's pace
             // (strategies that estimate what it holds, so know its work).
-            guard.time_first_token(ahead);
+            guard.time_first_token(PaceSample {
+                ahead,
+                own,
+                prompt: request.prompt_tokens,
+                secs: None,
+            });
         }
         let feed = instance
             .kv_feed()

@@ -43,6 +43,13 @@ async fn engine() -> String {
 /// [`engine`] with its own fixed cost `step` a request, and `tokens` tokens
 /// after the first, [`DECODE`] apart.
 async fn engine_with(step: Duration, tokens: u32) -> String {
+    engine_counting(step, tokens, 4.0, false).await
+}
+
+/// [`engine_with`] whose tokens are `chars_per_token` characters each, and
+/// whose streams end with a `usage` chunk (as vLLM's do when the client asks
+/// for `stream_options.include_usage`) if `usage`.
+async fn engine_counting(step: Duration, tokens: u32, chars_per_token: f64, usage: bool) -> String {
     let busy_until = Arc::new(Mutex::new(Instant::now()));
     let app = axum::Router::new()
         .route(
@@ -51,13 +58,21 @@ async fn engine_with(step: Duration, tokens: u32) -> String {
                 move |State(busy): State<Arc<Mutex<Instant>>>, body: Bytes| async move {
                     let v: Value = serde_json::from_slice(&body).unwrap_or_default();
                     let chars = v["messages"][0]["content"].as_str().map_or(0, str::len);
-                    let own = step + Duration::from_secs_f64(chars as f64 / 4.0 / RATE);
+                    let prompt = (chars as f64 / chars_per_token).round() as u64;
+                    let own = step + Duration::from_secs_f64(prompt as f64 / RATE);
                     let first_token = {
                         let mut b = busy.lock().await;
                         *b = (*b).max(Instant::now()) + own;
                         *b
                     };
-                    let chunks = async_stream(first_token, v["stream"] == true, tokens);
+                    let stream = v["stream"] == true;
+                    let usage = (usage && stream).then(|| {
+                        let u = json!({"id": "x", "object": "chat.completion.chunk", "choices": [],
+                            "usage": {"prompt_tokens": prompt, "completion_tokens": tokens + 1,
+                                "prompt_tokens_details": {"cached_tokens": 0}}});
+                        Bytes::from(format!("data: {u}\n\ndata: [DONE]\n\n"))
+                    });
+                    let chunks = async_stream(first_token, stream, tokens, usage);
                     Response::builder()
                         .header("content-type", "text/event-stream")
                         .body(Body::from_stream(chunks))
@@ -78,30 +93,34 @@ const DECODE: Duration = Duration::from_millis(50);
 const CHUNK: &str = "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n";
 
 /// The first token at `at`, `tokens` more [`DECODE`] apart, then the end of
-/// the stream (or one JSON answer).
+/// the stream (`end` in place of `[DONE]` where given; or one JSON answer).
 fn async_stream(
     at: Instant,
     stream: bool,
     tokens: u32,
+    end: Option<Bytes>,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    let end = end.unwrap_or(Bytes::from_static(b"data: [DONE]\n\n"));
+    let end_first = end.clone();
     let first = futures_util::stream::once(async move {
         tokio::time::sleep_until(at).await;
         let text = if !stream {
             json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}).to_string()
         } else if tokens == 0 {
-            format!("{CHUNK}data: [DONE]\n\n")
+            return Ok([CHUNK.as_bytes(), &end_first].concat().into());
         } else {
             CHUNK.to_owned()
         };
         Ok(Bytes::from(text))
     });
-    let rest = futures_util::stream::iter((1..=tokens).filter(move |_| stream)).then(
-        move |k| async move {
+    let rest = futures_util::stream::iter((1..=tokens).filter(move |_| stream)).then(move |k| {
+        let end = end.clone();
+        async move {
             tokio::time::sleep_until(at + DECODE * k).await;
-            let end = if k == tokens { "data: [DONE]\n\n" } else { "" };
-            Ok(Bytes::from(format!("{CHUNK}{end}")))
-        },
-    );
+            let end: &[u8] = if k == tokens { &end } else { b"" };
+            Ok([CHUNK.as_bytes(), end].concat().into())
+        }
+    });
     first.chain(rest)
 }
 
@@ -318,4 +337,33 @@ async fn two_streamed_answers_give_a_first_reading_of_step_times_rate() {
         "charged {charged}, 300 ms later {later} at {rate} tokens/s"
     );
     assert_eq!(pending.await.unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_reading_counts_prefill_in_the_engines_own_tokens() {
+    // An engine of 2 characters a token, not the 4 the gateway guesses
+    // before its answers have taught it otherwise (8 of them): its streams
+    // report their usage, and the rate read from the first answers is in
+    // its own tokens — not half of it, as the guessed count would make it.
+    let url = engine_counting(Duration::ZERO, 12, 2.0, true).await;
+    let gw = Gateway::start(&yaml(&url)).await;
+    for i in 1..=3 {
+        // 2,000 characters: 1,000 of the engine's tokens, 400 ms of prefill.
+        let r = post(&gw.url("/v1/chat/completions"), &body(i, 500, true)).await;
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+    }
+    let p = pace(&gw).await;
+    eprintln!("first reading: {p}");
+    assert_eq!(
+        p["source"], "first answers (gap between tokens × prefill rate)",
+        "{p}"
+    );
+    let rate = p["tokens_per_s"].as_f64().unwrap();
+    // Counted in the guess's tokens it would read 1,250 at best; a late
+    // sleep on a shared host only lowers it.
+    assert!(
+        (RATE * 0.7..=RATE * 1.1).contains(&rate),
+        "rate {rate} against {RATE}: {p}"
+    );
 }

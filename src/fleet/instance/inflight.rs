@@ -8,7 +8,7 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::{Instance, now_ms};
-use kvgate_routing::pace::Ahead;
+use kvgate_routing::pace::{Ahead, Reported};
 
 impl Instance {
     /// A queued charge of `p` tokens (`overhead` of them the request's
@@ -44,7 +44,7 @@ impl Instance {
             overhead,
             claimed: Instant::now(),
             index_insert: None,
-            pace_ahead: None,
+            pace_sample: None,
         }
     }
 }
@@ -62,8 +62,22 @@ pub struct InflightGuard {
     /// Its insert into the instance's block index, settled with the prefill.
     index_insert: Option<u64>,
     /// What its first token waits for, when that first token's time is a
-    /// sample of the instance's pace.
-    pace_ahead: Option<Ahead>,
+    /// sample of the instance's pace: kept until the answer's usage can
+    /// recount it in the engine's tokens ([`Self::answered`]).
+    pace_sample: Option<PaceSample>,
+}
+
+/// A first token's time as a sample of the instance's pace, and the
+/// estimates it rests on ([`Ahead::recounted`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PaceSample {
+    pub ahead: Ahead,
+    /// Of `ahead.work`, the request's own uncached tokens, estimated.
+    pub own: u64,
+    /// The request's whole prompt, estimated.
+    pub prompt: u64,
+    /// Seconds from the claim to its first token, once it came.
+    pub secs: Option<f64>,
 }
 
 impl InflightGuard {
@@ -96,21 +110,34 @@ impl InflightGuard {
     }
 
     /// The streamed answer's first token (not its first byte: the Responses
-    /// API sends two events before prefill starts): a sample of the
-    /// instance's pace, if [`Self::time_first_token`] asked for one.
+    /// API sends two events before prefill starts): its time is kept as a
+    /// sample of the instance's pace, if [`Self::time_first_token`] asked
+    /// for one, to be taken when the answer ends.
     pub fn first_token(&mut self) {
-        if let Some(ahead) = self.pace_ahead.take() {
-            self.instance
-                .pace
-                .observe(ahead, self.claimed.elapsed().as_secs_f64());
+        if let Some(s) = self.pace_sample.as_mut().filter(|s| s.secs.is_none()) {
+            s.secs = Some(self.claimed.elapsed().as_secs_f64());
         }
     }
 
     /// Time this request's first token as a sample of the instance's pace
-    /// (a streamed answer, its uncached tokens estimated from an index):
-    /// what stood before it, its own uncached tokens among them.
-    pub fn time_first_token(&mut self, ahead: Ahead) {
-        self.pace_ahead = Some(ahead);
+    /// (a streamed answer, its uncached tokens estimated from an index).
+    pub fn time_first_token(&mut self, sample: PaceSample) {
+        self.pace_sample = Some(sample);
+    }
+
+    /// The answer ended, saying what its engine counted (`usage`), if it
+    /// did: its first token's sample is taken, recounted in the engine's
+    /// tokens where the usage allows, as estimated where it does not.
+    pub fn answered(&mut self, usage: Option<Reported>) {
+        let Some(s) = self.pace_sample.take() else {
+            return;
+        };
+        let Some(secs) = s.secs else { return };
+        let ahead = match usage {
+            Some(u) => s.ahead.recounted(s.own, s.prompt, u),
+            None => s.ahead,
+        };
+        self.instance.pace.observe(ahead, secs);
     }
 
     /// An answer that will not say when its prefill ends (not streamed):
@@ -142,6 +169,9 @@ impl InflightGuard {
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
+        // An answer cut short after its first token: its time stands as
+        // estimated.
+        self.answered(None);
         self.prefill_done();
         let prev = self.instance.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.instance.series.in_flight(prev.saturating_sub(1));

@@ -25,7 +25,7 @@ use kvgate_routing::pace::Ahead;
 use kvgate_routing::{BlockIndex, Load};
 
 mod inflight;
-pub use inflight::InflightGuard;
+pub use inflight::{InflightGuard, PaceSample};
 
 // Every request's view reads the first fields (through `index`'s
 // capacity) of every instance: in this order (`repr(C)`), on aligned cache
