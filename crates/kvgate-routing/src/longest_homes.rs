@@ -39,7 +39,7 @@ pub(super) fn session_home(
         // A session's first turn: of the instances within one prompt of the
         // cheapest, the one the session already lives on (a later first
         // turn of a hinted session: a sub-agent, a new task), else the one
-        // where the fewest sessions started lately (ties by the work given
+        // where the fewest sessions started lately (to half a session; ties by the work given
         // lately, then the key's ring walk). The session stays where it
         // starts, so what decides its instance's load from here is how many
         // sessions live there, not the queue of this instant.
@@ -52,7 +52,7 @@ pub(super) fn session_home(
                 .filter(|(_, c)| !c.full && c.own <= bound)
                 .min_by_key(|(_, c)| {
                     let l = loads.get(c.instance).copied().unwrap_or_default();
-                    (!l.hosts_session, l.recent_sessions, c.work, c.ring)
+                    (!l.hosts_session, started(&l), c.work, c.ring)
                 })
                 .map(|(at, _)| at)
         }
@@ -77,7 +77,7 @@ pub(super) fn session_home(
                 .enumerate()
                 .filter(|(_, c)| !c.full && c.total < bound && !hosts(c))
                 .min_by_key(|(_, c)| {
-                    let sessions = loads.get(c.instance).map_or(0, |l| l.recent_sessions);
+                    let sessions = loads.get(c.instance).map_or(0, started);
                     (sessions, c.work, c.ring)
                 })
                 .map(|(at, _)| at)
@@ -100,8 +100,8 @@ pub(super) fn session_home(
 /// than its opening (by a block; a question asked before, or a document in
 /// it, goes by cost): of the candidates whose total is within one engine step
 /// ([`typical_step`]) of the cheapest's, the one where the
-/// fewest sessions started lately ([`Load::recent_sessions`]), then the
-/// least work given, then the ring walk. The cost model cannot tell such
+/// fewest sessions started lately ([`Load::recent_sessions`], to half a session), then the
+/// cheapest now, the least work given, then the ring walk. The cost model cannot tell such
 /// instances apart (a step's fixed cost is its resolution), but a
 /// conversation stays where it starts: without this a short system prompt
 /// held on a few instances (32 tokens, two engine blocks) made them the
@@ -147,8 +147,8 @@ pub(super) fn first_turn(
         .take_while(|(_, c)| !c.full && c.total <= bound)
         .filter(|(_, c)| most.saturating_sub(tokens(c)) <= step)
         .min_by_key(|(_, c)| {
-            let sessions = loads.get(c.instance).map_or(0, |l| l.recent_sessions);
-            (sessions, c.work, c.ring)
+            let sessions = loads.get(c.instance).map_or(0, started);
+            (sessions, c.total, c.work, c.ring)
         })
         .map(|(at, _)| at)
         .filter(|&at| at > 0)
@@ -199,11 +199,26 @@ pub(super) fn moving_turn(
         .take_while(|(_, c)| !c.full && c.total <= bound)
         .filter(|(_, c)| !history(c))
         .min_by_key(|(_, c)| {
-            let sessions = loads.get(c.instance).map_or(0, |l| l.recent_sessions);
-            (sessions, c.work, c.ring)
+            let sessions = loads.get(c.instance).map_or(0, started);
+            (sessions, c.total, c.work, c.ring)
         })
         .map(|(at, _)| at)
         .filter(|&at| at > 0)
+}
+
+/// Sessions started lately on `l`'s instance, to the nearest half session:
+/// the order of where a session starts. The count decays (a minute's
+/// half-life), so two instances that each started one session a moment
+/// apart differ by a thousandth of one; compared as they are, the one that
+/// started its session first counted as having started fewer, however busy
+/// it was. Real vLLM's first pass put two first questions in a row on the
+/// engine already decoding, by 90 ms of decay, while the other stood idle
+/// (`scripts/vllm_bench.py`, round 2): one engine took five documents into
+/// a cache for four and evicted one. Within half a session, the cheaper
+/// instance now, then the work given lately, then the ring.
+fn started(l: &Load) -> u64 {
+    const HALF: u64 = crate::SESSION_UNIT / 2;
+    l.recent_sessions.saturating_add(HALF / 2) / HALF
 }
 
 /// The open instances' median learned step ([`cost::overhead`]): the

@@ -1,8 +1,8 @@
 //! Tests of `longest_prefix`'s placement: cost, caps, and where sessions start and move.
 
 use super::*;
-use crate::Home;
 use crate::cost::RUNNING_WEIGHT;
+use crate::{Home, SESSION_UNIT};
 
 fn policy(n: usize, threshold: usize) -> LongestPrefix {
     let ids: Vec<String> = (0..n).map(|i| format!("i{i}")).collect();
@@ -168,7 +168,7 @@ fn a_session_starts_where_the_fewest_conversations_started_lately() {
     let walk: Vec<usize> = p.ring.walk(42).collect();
     let mut loads = [0, 0, 0, 0].map(Load::with_in_flight);
     for (n, &i) in walk.iter().enumerate() {
-        loads[i].recent_sessions = [3, 2, 1, 2][n];
+        loads[i].recent_sessions = [3, 2, 1, 2][n] * SESSION_UNIT;
     }
     let start = |home| Request {
         home: Some(home),
@@ -179,7 +179,7 @@ fn a_session_starts_where_the_fewest_conversations_started_lately() {
         assert_eq!((plan.order[0], plan.reason), (walk[2], Reason::Affinity));
     }
     // Equal counts: the one given the least work lately, then the walk.
-    loads[walk[2]].recent_sessions = 2;
+    loads[walk[2]].recent_sessions = 2 * SESSION_UNIT;
     loads[walk[1]].recent_work = 900;
     assert_eq!(p.plan(&start(Home::Hinted), &loads).order[0], walk[2]);
     loads[walk[2]].recent_work = 900;
@@ -198,7 +198,7 @@ fn a_session_starts_where_the_fewest_conversations_started_lately() {
     // A hinted session's later first turn (a sub-agent, a new task)
     // returns where the session lives, though more started there...
     loads[walk[3]].hosts_session = true;
-    loads[walk[3]].recent_sessions = 5;
+    loads[walk[3]].recent_sessions = 5 * SESSION_UNIT;
     let plan = p.plan(&start(Home::Hinted), &loads);
     assert_eq!((plan.order[0], plan.reason), (walk[3], Reason::Affinity));
     // ...unless its queue there outweighs the whole prompt.
@@ -216,8 +216,8 @@ fn a_first_question_over_a_document_one_instance_holds_stays_there() {
     // within a step (the 256-token guess) of it, but holds none of it.
     loads[walk[0]].matched_blocks = 7;
     loads[walk[0]].queued_prefill = 400;
-    loads[walk[0]].recent_sessions = 3;
-    loads[walk[1]].recent_sessions = 1;
+    loads[walk[0]].recent_sessions = 3 * SESSION_UNIT;
+    loads[walk[1]].recent_sessions = SESSION_UNIT;
     let first = Request {
         home: Some(Home::First(500)),
         ..req(520)
@@ -244,7 +244,7 @@ fn a_first_question_starts_where_the_fewest_sessions_started_within_a_step() {
     // 64) held where the most sessions started.
     for (n, &i) in walk.iter().enumerate() {
         loads[i].matched_blocks = [2, 2, 0, 0][n];
-        loads[i].recent_sessions = [3, 3, 2, 1][n];
+        loads[i].recent_sessions = [3, 3, 2, 1][n] * SESSION_UNIT;
     }
     let first = Request {
         home: Some(Home::First(150)),
@@ -281,7 +281,7 @@ fn a_first_question_starts_where_the_fewest_sessions_started_within_a_step() {
     }
     let plan = p.plan(&first, &loads);
     assert_eq!((plan.order[0], plan.reason), (walk[0], Reason::CacheHit));
-    loads[walk[0]].recent_sessions = 4;
+    loads[walk[0]].recent_sessions = 4 * SESSION_UNIT;
     assert_eq!(p.plan(&first, &loads).order[0], walk[1]);
 }
 
@@ -291,7 +291,7 @@ fn one_instance_learning_a_small_step_does_not_narrow_the_first_questions_choice
     let walk: Vec<usize> = p.ring.walk(42).collect();
     let mut loads = [0, 0, 0, 0].map(Load::with_in_flight);
     for (n, &i) in walk.iter().enumerate() {
-        loads[i].recent_sessions = [5, 2, 1, 3][n];
+        loads[i].recent_sessions = [5, 2, 1, 3][n] * SESSION_UNIT;
         loads[i].queued_prefill = [0, 100, 150, 0][n];
         loads[i].overhead_tokens = [16, 200, 220, 240][n];
     }
@@ -319,7 +319,7 @@ fn a_conversation_moved_off_its_history_goes_where_the_fewest_sessions_started()
     let mut loads = [0, 0, 0, 0].map(Load::with_in_flight);
     for (n, &i) in walk.iter().enumerate() {
         loads[i].matched_blocks = [10, 1, 1, 1][n];
-        loads[i].recent_sessions = [1, 4, 2, 3][n];
+        loads[i].recent_sessions = [1, 4, 2, 3][n] * SESSION_UNIT;
         loads[i].queued_prefill = [5_000, 0, 100, 200][n];
     }
     let turn = Request {
@@ -356,7 +356,7 @@ fn a_hinted_session_moved_by_cost_goes_where_the_fewest_sessions_started() {
     let mut loads = [0, 0, 0, 0].map(Load::with_in_flight);
     for (n, &i) in walk.iter().enumerate() {
         loads[i].matched_blocks = 10; // the shared prompt
-        loads[i].recent_sessions = [1, 3, 1, 2][n];
+        loads[i].recent_sessions = [1, 3, 1, 2][n] * SESSION_UNIT;
         loads[i].recent_work = [0, 0, 500, 500][n];
     }
     // Its host holds its history, but a queue there outweighs it.
@@ -646,4 +646,28 @@ proptest::proptest! {
         want.extend(walk.iter().copied().filter(|i| !up(i)));
         proptest::prop_assert_eq!(plan.order, want);
     }
+}
+
+#[test]
+fn a_first_question_goes_to_the_idle_instance_of_two_that_each_started_a_session_a_moment_apart() {
+    let p = policy(2, 64);
+    let walk: Vec<usize> = p.ring.walk(42).collect();
+    let mut loads = [0, 0].map(Load::with_in_flight);
+    // Both started one conversation; the ring's first a moment earlier (a
+    // hair more decayed), and it is decoding one request (a running
+    // request's weight, well within a step) and was given less work lately.
+    loads[walk[0]].recent_sessions = SESSION_UNIT - 1;
+    loads[walk[0]].in_flight = 1;
+    loads[walk[1]].recent_sessions = SESSION_UNIT;
+    loads[walk[1]].recent_work = 10;
+    let first = Request {
+        home: Some(Home::First(40)),
+        ..req(400)
+    };
+    // The idle one: the cheapest, as cost alone would choose.
+    assert_eq!(p.plan(&first, &loads).order[0], walk[1]);
+    // A whole session more on the idle one: it goes where fewer started.
+    loads[walk[1]].recent_sessions = 2 * SESSION_UNIT;
+    let plan = p.plan(&first, &loads);
+    assert_eq!((plan.order[0], plan.reason), (walk[0], Reason::Affinity));
 }
