@@ -10,7 +10,10 @@
 //! included; chained 8 batches to a prompt) and, once `--held-batches` are
 //! held, one `BlockRemoved` of the 16 oldest: an engine at a steady state.
 //! With `--distinct` every engine stores its own token ids; without, every
-//! engine stores the same ones (a prefix every engine holds).
+//! engine stores the same ones (a prefix every engine holds). `--steps N`
+//! puts N such batches' events in each message, as a busy vLLM engine does
+//! (one message an engine step, every event of the step in it), to tell
+//! what a message costs from what a block does.
 
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
@@ -66,6 +69,11 @@ struct Args {
     /// idle for a second before publishing, then while the events pour in.
     #[arg(long)]
     decisions: bool,
+    /// Engine steps a message: each message carries this many batches'
+    /// events (vLLM publishes one message per engine step, with every event
+    /// of the step in it). Must divide `--held-batches`.
+    #[arg(long, default_value_t = 1)]
+    steps: usize,
     /// Internal: run as the publishing child.
     #[arg(long, hide = true)]
     child: bool,
@@ -159,8 +167,29 @@ fn percentiles(mut v: Vec<Duration>) -> String {
 }
 
 /// The payloads an engine cycles through: `2 × held` batches, payload `p`
-/// storing its 16 blocks and removing those of payload `p − held`.
+/// storing its 16 blocks and removing those of payload `p − held`, `--steps`
+/// of them a message.
 fn payloads(a: &Args, engine: usize) -> anyhow::Result<Vec<Vec<u8>>> {
+    let events = events(a, engine)?;
+    let steps = a.steps.max(1);
+    events
+        .chunks(steps)
+        .map(|step| {
+            let mut out = Vec::with_capacity(2048 * steps);
+            write_array_len(&mut out, 2)?;
+            write_f64(&mut out, 1.7e9)?;
+            write_array_len(&mut out, step.iter().map(Vec::len).sum::<usize>() as u32)?;
+            for e in step.iter().flatten() {
+                out.extend_from_slice(e);
+            }
+            Ok(out)
+        })
+        .collect()
+}
+
+/// Each batch's events, encoded: its `BlockStored` and, but when filling,
+/// its `BlockRemoved`.
+fn events(a: &Args, engine: usize) -> anyhow::Result<Vec<Vec<Vec<u8>>>> {
     let e = if a.distinct {
         mix(engine as u64 + 7)
     } else {
@@ -175,9 +204,6 @@ fn payloads(a: &Args, engine: usize) -> anyhow::Result<Vec<Vec<u8>>> {
     for p in 0..cycle {
         let mut out = Vec::with_capacity(2048);
         let remove = !a.fill;
-        write_array_len(&mut out, 2)?;
-        write_f64(&mut out, 1.7e9)?;
-        write_array_len(&mut out, if remove { 2 } else { 1 })?;
         let parent = (p % PROMPT_BATCHES != 0).then(|| hash(e, p - 1, BLOCKS_A_BATCH - 1));
         let tokens = tokens(e, p);
         match a.encoding {
@@ -218,7 +244,9 @@ fn payloads(a: &Args, engine: usize) -> anyhow::Result<Vec<Vec<u8>>> {
             write_str(&mut out, "medium")?;
         }
         write_str(&mut out, "GPU")?;
+        let mut events = vec![out];
         if remove {
+            let mut out = Vec::with_capacity(256);
             let gone = (p + cycle - a.held_batches) % cycle;
             match a.encoding {
                 Encoding::Array => {
@@ -236,8 +264,9 @@ fn payloads(a: &Args, engine: usize) -> anyhow::Result<Vec<Vec<u8>>> {
                 }
             }
             write_str(&mut out, "GPU")?;
+            events.push(out);
         }
-        all.push(out);
+        all.push(events);
     }
     Ok(all)
 }
@@ -278,14 +307,15 @@ async fn publish(a: Args) -> anyhow::Result<()> {
     println!("{}", urls.join(" "));
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
-    let per_batch = if a.fill {
-        BLOCKS_A_BATCH
-    } else {
-        2 * BLOCKS_A_BATCH
-    } as f64;
+    let per_batch = a.steps.max(1) as f64
+        * if a.fill {
+            BLOCKS_A_BATCH
+        } else {
+            2 * BLOCKS_A_BATCH
+        } as f64;
     let round = Duration::from_secs_f64(a.publishers as f64 * per_batch / a.rate as f64);
     let rounds = if a.fill {
-        a.held_batches
+        cycle
     } else {
         (a.seconds / round.as_secs_f64()).ceil() as usize
     };
@@ -359,6 +389,9 @@ fn totals(feeds: &[Arc<Feed>]) -> Totals {
 
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
+    if a.steps == 0 || a.held_batches % a.steps != 0 {
+        bail!("--steps must divide --held-batches");
+    }
     if a.child {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -474,10 +507,11 @@ fn main() -> anyhow::Result<()> {
     let applied = t1.applied - t0.applied;
     let cpu = cpu1 - cpu0;
     println!(
-        "publishers {} encoding {:?} distinct {} offered {} blocks/s: batches sent {sent} read {} gaps {} shed {}; blocks applied {applied} in {wall:.2} s ({:.2} M/s); gateway CPU {cpu:.2} s = {:.3} µs a block applied; held {} blocks, RSS {:.1} MiB (+{:.1} MiB since subscribing, {:.1} MiB since start) = {:.1} B a held block over the empty subscribers, {:.1} B over the process before subscribing",
+        "publishers {} encoding {:?} distinct {} steps a message {} offered {} blocks/s: batches sent {sent} read {} gaps {} shed {}; blocks applied {applied} in {wall:.2} s ({:.2} M/s); gateway CPU {cpu:.2} s = {:.3} µs a block applied; held {} blocks, RSS {:.1} MiB (+{:.1} MiB since subscribing, {:.1} MiB since start) = {:.1} B a held block over the empty subscribers, {:.1} B over the process before subscribing",
         a.publishers,
         a.encoding,
         a.distinct,
+        a.steps,
         a.rate,
         t1.batches - t0.batches,
         t1.gaps - t0.gaps,
