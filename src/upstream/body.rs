@@ -186,7 +186,7 @@ where
                     g.instance().pace.observe_gap(gap.as_secs_f64());
                 }
                 if let Some(g) = this.guard.as_mut() {
-                    g.answered(this.scanner.usage().map(|u| u.reported()));
+                    g.answered(this.scanner.usage().map(|u| u.prompt_tokens));
                 }
                 // Release the slot the moment the upstream is done, not when
                 // hyper gets round to dropping the body.

@@ -49,7 +49,6 @@ impl<'a> Dispatch<'a> {
             // (strategies that estimate what it holds, so know its work).
             guard.time_first_token(PaceSample {
                 ahead,
-                own,
                 prompt: request.prompt_tokens,
                 secs: None,
             });

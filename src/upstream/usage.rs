@@ -62,16 +62,6 @@ pub struct Usage {
     pub completion_tokens: u64,
 }
 
-impl Usage {
-    /// What it says of the prompt, as the pace's samples take it.
-    pub fn reported(&self) -> kvgate_routing::pace::Reported {
-        kvgate_routing::pace::Reported {
-            prompt_tokens: self.prompt_tokens,
-            cached_tokens: self.cached_reported.then_some(self.cached_tokens),
-        }
-    }
-}
-
 #[derive(Debug, Default)]
 pub struct UsageScanner {
     prompt: Option<u64>,

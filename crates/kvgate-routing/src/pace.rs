@@ -97,46 +97,39 @@ pub struct Ahead {
     pub requests: u64,
 }
 
-/// What an answer's `usage` said of its prompt, in the engine's own tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reported {
-    pub prompt_tokens: u64,
-    /// Of them cached, where the answer said (vLLM's `cached_tokens`).
-    pub cached_tokens: Option<u64>,
-}
-
 /// How far an answer's prompt tokens may stand from the gateway's estimate
 /// and still recount a sample: beyond it, the usage is not about this prompt.
 pub const MAX_RECOUNT: f64 = 8.0;
 
 impl Ahead {
-    /// This sample counted in the engine's own tokens, once its answer's
-    /// usage is known: `own` of [`Self::work`] was the request's own uncached
-    /// tokens and `estimated` its whole prompt, as the gateway estimated them
-    /// at dispatch. Its own uncached tokens become what the engine reports
-    /// (prompt less cached), or, if it does not say what was cached, the
-    /// estimate rescaled by the engine's tokens over the estimated ones, as
-    /// is the work queued ahead (estimated the same way).
+    /// This sample counted in the engine's units, once its answer's usage is
+    /// known: the work (this request's uncached tokens and those queued
+    /// ahead, as the gateway estimated them at dispatch) rescaled by the
+    /// engine's count of the prompt over the gateway's estimate of it,
+    /// `estimated`. The rest of the estimate — what the gateway believed
+    /// cached — stays the gateway's: the rate is used to drain, and the
+    /// overhead to add to, queues counted the same way, so it must be read in
+    /// those terms. (Taking the engine's `cached_tokens` for the request's
+    /// own work instead lost 9 of 72 `longest_prefix` cells on the Mooncake
+    /// traces, against 6 rescaled and 5 before either, in three alternated
+    /// runs: `bench/results/matrix.md`.)
     ///
     /// Without it, a sample taken while the tokens a character were still
     /// the guess counts a prompt in the guess's tokens for good: on real
     /// vLLM (0.14 tokens a character, not 0.25), the first answers' prefill
-    /// rate read 1.7× the engine's (`bench/results/vllm-2026-12-07-epyc.md`).
+    /// rate read 1.6–2.0× the engine's (`bench/results/vllm-2026-12-07-epyc.md`).
     /// A usage that is zero or further than [`MAX_RECOUNT`]× from the
     /// estimate leaves the sample as it was.
-    pub fn recounted(self, own: u64, estimated: u64, reported: Reported) -> Self {
-        let (prompt, own) = (reported.prompt_tokens, own.min(self.work));
-        let scale = prompt as f64 / estimated.max(1) as f64;
-        if prompt == 0 || estimated == 0 || !(1.0 / MAX_RECOUNT..=MAX_RECOUNT).contains(&scale) {
+    pub fn recounted(self, estimated: u64, prompt_tokens: u64) -> Self {
+        let scale = prompt_tokens as f64 / estimated.max(1) as f64;
+        if prompt_tokens == 0
+            || estimated == 0
+            || !(1.0 / MAX_RECOUNT..=MAX_RECOUNT).contains(&scale)
+        {
             return self;
         }
-        let others = ((self.work - own) as f64 * scale).round() as u64;
-        let own = match reported.cached_tokens {
-            Some(cached) if cached <= prompt => prompt - cached,
-            _ => ((own as f64 * scale).round() as u64).min(prompt),
-        };
         Self {
-            work: others.saturating_add(own),
+            work: (self.work as f64 * scale).round() as u64,
             requests: self.requests,
         }
     }

@@ -239,38 +239,24 @@ fn a_fit_that_stood_is_held_and_one_swing_moves_it_only_a_little() {
 
 #[test]
 fn a_sample_is_recounted_in_the_engines_tokens_once_its_usage_is_known() {
-    // Dispatched under the 4-characters-a-token guess: 700 tokens of its own
-    // (all uncached) behind 300 queued, of a 700-token prompt; the engine
-    // counts 400 tokens (7 characters a token).
+    // Dispatched under the 4-characters-a-token guess: 1,000 tokens of work
+    // (its own and what was queued ahead) for a 700-token prompt that the
+    // engine counts as 400 (7 characters a token).
     let sample = Ahead {
         work: 1000,
         requests: 1,
     };
-    let told = |cached| Reported {
-        prompt_tokens: 400,
-        cached_tokens: cached,
-    };
-    // Cached tokens not reported: everything rescaled by 400 / 700.
     assert_eq!(
-        sample.recounted(700, 700, told(None)),
+        sample.recounted(700, 400),
         Ahead {
-            work: 171 + 400,
+            work: 571,
             requests: 1
         }
     );
-    // Reported: its own work is the engine's uncached tokens, whatever the
-    // gateway believed it held.
-    assert_eq!(sample.recounted(700, 700, told(Some(100))).work, 171 + 300);
-    assert_eq!(sample.recounted(350, 700, told(Some(400))).work, 371);
+    assert_eq!(sample.recounted(700, 1400).work, 2000);
     // Usage that is not about this prompt, or missing, changes nothing.
     for absurd in [0, 80, 5_700, u64::MAX] {
-        let r = Reported {
-            prompt_tokens: absurd,
-            cached_tokens: Some(0),
-        };
-        assert_eq!(sample.recounted(700, 700, r), sample, "{absurd}");
+        assert_eq!(sample.recounted(700, absurd), sample, "{absurd}");
     }
-    assert_eq!(sample.recounted(700, 0, told(None)), sample);
-    // More cached than prompt: the rescaled estimate.
-    assert_eq!(sample.recounted(700, 700, told(Some(500))).work, 171 + 400);
+    assert_eq!(sample.recounted(0, 400), sample);
 }

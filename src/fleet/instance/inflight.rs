@@ -8,7 +8,7 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::{Instance, now_ms};
-use kvgate_routing::pace::{Ahead, Reported};
+use kvgate_routing::pace::Ahead;
 
 impl Instance {
     /// A queued charge of `p` tokens (`overhead` of them the request's
@@ -72,8 +72,6 @@ pub struct InflightGuard {
 #[derive(Debug, Clone, Copy)]
 pub struct PaceSample {
     pub ahead: Ahead,
-    /// Of `ahead.work`, the request's own uncached tokens, estimated.
-    pub own: u64,
     /// The request's whole prompt, estimated.
     pub prompt: u64,
     /// Seconds from the claim to its first token, once it came.
@@ -125,16 +123,17 @@ impl InflightGuard {
         self.pace_sample = Some(sample);
     }
 
-    /// The answer ended, saying what its engine counted (`usage`), if it
-    /// did: its first token's sample is taken, recounted in the engine's
-    /// tokens where the usage allows, as estimated where it does not.
-    pub fn answered(&mut self, usage: Option<Reported>) {
+    /// The answer ended, saying how many tokens its engine counted in the
+    /// prompt (`usage.prompt_tokens`), if it did: its first token's sample is
+    /// taken, recounted in the engine's units where the usage allows, as
+    /// estimated where it does not.
+    pub fn answered(&mut self, prompt_tokens: Option<u64>) {
         let Some(s) = self.pace_sample.take() else {
             return;
         };
         let Some(secs) = s.secs else { return };
-        let ahead = match usage {
-            Some(u) => s.ahead.recounted(s.own, s.prompt, u),
+        let ahead = match prompt_tokens {
+            Some(n) => s.ahead.recounted(s.prompt, n),
             None => s.ahead,
         };
         self.instance.pace.observe(ahead, secs);
