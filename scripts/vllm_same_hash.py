@@ -1,8 +1,10 @@
-"""Issue 31: do two independent vLLM engines name the same block the same? Subscribe to
-both engines' KV events, send each the same prompt, compare the BlockStored hashes."""
+"""Issue 31: do two independent vLLM engines name the same block the same?
+Subscribe to both engines' KV events, send each the same prompt, compare the
+BlockStored hashes.
 
 Run against engines started by `scripts/vllm.sh start 2` (its exports in the
 environment), with the venv's python: `$KVGATE_VLLM_PYTHON scripts/vllm_same_hash.py`.
+"""
 import json, os, time, urllib.request
 import zmq, msgpack
 
