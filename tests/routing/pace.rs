@@ -196,6 +196,24 @@ async fn post(url: &str, b: &Value) -> reqwest::Response {
         .unwrap()
 }
 
+/// Send `b` and read its whole answer, which must be a 200.
+async fn answered(url: &str, b: &Value) {
+    let r = post(url, b).await;
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+}
+
+/// The pace, which must be the first answers' reading.
+async fn first_reading(gw: &Gateway) -> Value {
+    let p = pace(gw).await;
+    eprintln!("first reading: {p}");
+    assert_eq!(
+        p["source"], "first answers (gap between tokens × prefill rate)",
+        "{p}"
+    );
+    p
+}
+
 async fn pace(gw: &Gateway) -> Value {
     let v = super::cache_aware::explain(gw, None, &body(99_999, 500, true)).await;
     v["instances"][0]["pace"].clone()
@@ -273,9 +291,7 @@ async fn two_streamed_answers_give_a_first_reading_of_step_times_rate() {
     let gw = Gateway::start(&yaml(&engine_with(Duration::ZERO, 12).await)).await;
     let url = gw.url("/v1/chat/completions");
     for (i, stream) in [(1, false), (2, true)] {
-        let r = post(&url, &body(i, 1000, stream)).await;
-        assert_eq!(r.status(), 200);
-        r.bytes().await.unwrap();
+        answered(&url, &body(i, 1000, stream)).await;
     }
     let p = pace(&gw).await;
     assert_eq!(
@@ -288,15 +304,8 @@ async fn two_streamed_answers_give_a_first_reading_of_step_times_rate() {
         "{p}"
     );
 
-    let r = post(&url, &body(3, 1000, true)).await;
-    assert_eq!(r.status(), 200);
-    r.bytes().await.unwrap();
-    let p = pace(&gw).await;
-    eprintln!("first reading: {p}");
-    assert_eq!(
-        p["source"], "first answers (gap between tokens × prefill rate)",
-        "{p}"
-    );
+    answered(&url, &body(3, 1000, true)).await;
+    let p = first_reading(&gw).await;
     assert_eq!(p["gaps"], 2, "{p}");
     // 50 ms steps × 2,500 tokens a second = 125 tokens a queued request, in
     // place of 256. Bounds for a shared host: late sleeps lengthen both the
@@ -349,16 +358,9 @@ async fn the_first_reading_counts_prefill_in_the_engines_own_tokens() {
     let gw = Gateway::start(&yaml(&url)).await;
     for i in 1..=3 {
         // 2,000 characters: 1,000 of the engine's tokens, 400 ms of prefill.
-        let r = post(&gw.url("/v1/chat/completions"), &body(i, 500, true)).await;
-        assert_eq!(r.status(), 200);
-        r.bytes().await.unwrap();
+        answered(&gw.url("/v1/chat/completions"), &body(i, 500, true)).await;
     }
-    let p = pace(&gw).await;
-    eprintln!("first reading: {p}");
-    assert_eq!(
-        p["source"], "first answers (gap between tokens × prefill rate)",
-        "{p}"
-    );
+    let p = first_reading(&gw).await;
     let rate = p["tokens_per_s"].as_f64().unwrap();
     // Counted in the guess's tokens it would read 1,250 at best; a late
     // sleep on a shared host only lowers it.
