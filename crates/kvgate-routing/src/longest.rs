@@ -29,8 +29,9 @@
 //! placed for the session's whole life, not for this instant. A hinted or
 //! keyed first turn goes, among the instances whose cost is within its whole
 //! prompt of the cheapest, to the one where the fewest sessions started
-//! lately ([`Load::recent_sessions`], a minute's half-life, to half a session; ties by the work
-//! given lately, then the ring walk), or, for a later first turn of a hinted
+//! lately ([`Load::recent_sessions`], a minute's half-life, to half a
+//! session; ties by the work given lately, then the ring walk), or, for a
+//! later first turn of a hinted
 //! session (a new task, a sub-agent), back to the instance that last served
 //! it ([`Load::hosts_session`]). A hinted session the cost model moves off
 //! that instance goes, of those cheaper than staying, where the fewest

@@ -39,10 +39,11 @@ pub(super) fn session_home(
         // A session's first turn: of the instances within one prompt of the
         // cheapest, the one the session already lives on (a later first
         // turn of a hinted session: a sub-agent, a new task), else the one
-        // where the fewest sessions started lately (to half a session; ties by the work given
-        // lately, then the key's ring walk). The session stays where it
-        // starts, so what decides its instance's load from here is how many
-        // sessions live there, not the queue of this instant.
+        // where the fewest sessions started lately (to half a session; ties
+        // by the work given lately, then the key's ring walk). The session
+        // stays where it starts, so what decides its instance's load from
+        // here is how many sessions live there, not the queue of this
+        // instant.
         Home::Keyed if loads.iter().any(|l| l.matched_blocks > 0) => None,
         Home::Hinted | Home::Keyed => {
             let bound = first.total.saturating_add(request.prompt_tokens);
@@ -99,10 +100,10 @@ pub(super) fn session_home(
 /// when nothing names it ([`Home::First`]) and no instance holds more of it
 /// than its opening (by a block; a question asked before, or a document in
 /// it, goes by cost): of the candidates whose total is within one engine step
-/// ([`typical_step`]) of the cheapest's, the one where the
-/// fewest sessions started lately ([`Load::recent_sessions`], to half a session), then the
-/// cheapest now, the least work given, then the ring walk. The cost model cannot tell such
-/// instances apart (a step's fixed cost is its resolution), but a
+/// ([`typical_step`]) of the cheapest's, the one where the fewest sessions
+/// started lately ([`Load::recent_sessions`], to half a session), then the
+/// cheapest now, the least work given, then the ring walk. The cost model
+/// cannot tell such instances apart (a step's fixed cost is its resolution), but a
 /// conversation stays where it starts: without this a short system prompt
 /// held on a few instances (32 tokens, two engine blocks) made them the
 /// cheapest for every new conversation, and `kv_aware` left two of four
