@@ -147,10 +147,7 @@ pub(super) fn first_turn(
         .enumerate()
         .take_while(|(_, c)| !c.full && c.total <= bound)
         .filter(|(_, c)| most.saturating_sub(tokens(c)) <= step)
-        .min_by_key(|(_, c)| {
-            let sessions = loads.get(c.instance).map_or(0, started);
-            (sessions, c.total, c.work, c.ring)
-        })
+        .min_by_key(|(_, c)| start_order(loads, c))
         .map(|(at, _)| at)
         .filter(|&at| at > 0)
 }
@@ -199,10 +196,7 @@ pub(super) fn moving_turn(
         .enumerate()
         .take_while(|(_, c)| !c.full && c.total <= bound)
         .filter(|(_, c)| !history(c))
-        .min_by_key(|(_, c)| {
-            let sessions = loads.get(c.instance).map_or(0, started);
-            (sessions, c.total, c.work, c.ring)
-        })
+        .min_by_key(|(_, c)| start_order(loads, c))
         .map(|(at, _)| at)
         .filter(|&at| at > 0)
 }
@@ -220,6 +214,15 @@ pub(super) fn moving_turn(
 fn started(l: &Load) -> u64 {
     const HALF: u64 = crate::SESSION_UNIT / 2;
     l.recent_sessions.saturating_add(HALF / 2) / HALF
+}
+
+/// Where an unnamed conversation starts, or goes when moved off its history,
+/// among the instances the cost model cannot tell apart: the fewest sessions
+/// started lately ([`started`]), then the cheapest now, the least work given
+/// lately, the ring.
+fn start_order(loads: &[Load], c: &Candidate) -> (u64, u64, u64, usize) {
+    let sessions = loads.get(c.instance).map_or(0, started);
+    (sessions, c.total, c.work, c.ring)
 }
 
 /// The open instances' median learned step ([`cost::overhead`]): the

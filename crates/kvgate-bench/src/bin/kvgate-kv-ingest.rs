@@ -171,7 +171,7 @@ fn percentiles(mut v: Vec<Duration>) -> String {
 /// of them a message.
 fn payloads(a: &Args, engine: usize) -> anyhow::Result<Vec<Vec<u8>>> {
     let events = events(a, engine)?;
-    let steps = a.steps.max(1);
+    let steps = a.steps;
     events
         .chunks(steps)
         .map(|step| {
@@ -307,7 +307,7 @@ async fn publish(a: Args) -> anyhow::Result<()> {
     println!("{}", urls.join(" "));
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
-    let per_batch = a.steps.max(1) as f64
+    let per_batch = a.steps as f64
         * if a.fill {
             BLOCKS_A_BATCH
         } else {
